@@ -1,0 +1,43 @@
+# One-command set-up: `make demo` runs the main job, `make test` runs every test.
+# Both create their virtual environments at the repository root on first use.
+PYTHON ?= python3
+VENV := .venv
+VENV_VISION := .venv-vision
+PY := $(VENV)/bin/python
+PYV := $(VENV_VISION)/bin/python
+# Extras installed in the main environment (light sources, plots, stores, distributed).
+EXTRAS := dev,text,openai,files,plots
+
+.PHONY: demo test test-core test-vision bench clean
+
+# torch==2.13.0 is a CPU build that lies on this machine's disk; taking it first keeps pip from
+# pulling a multi-GB CUDA build. Elsewhere any torch>=2.1 already installed is kept.
+$(VENV)/.ready: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+# open_clip and torchvision need a torch/torchvision pair that imports together:
+# torch 2.14.1 + torchvision 0.29.1 (both on this machine's disk). Kept apart from the core env.
+$(VENV_VISION)/.ready: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV_VISION)
+	$(PYV) -m pip install -q --upgrade pip
+	$(PYV) -c "import torchvision" 2>/dev/null || $(PYV) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PYV) -m pip install -q -e ".[dev,clip,vision]"
+	touch $@
+
+demo: $(VENV)/.ready
+	$(VENV)/bin/lfa-index demo
+
+test: test-core test-vision
+
+test-core: $(VENV)/.ready
+	$(PY) -m pytest -q -m "not vision"
+
+test-vision: $(VENV_VISION)/.ready
+	$(PYV) -m pytest -q -m vision
+
+clean:
+	rm -rf $(VENV) $(VENV_VISION) .pytest_cache

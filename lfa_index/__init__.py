@@ -1,0 +1,29 @@
+"""lfa-index: few-shot adaptation of any embedding model by Linear Feature Alignment."""
+
+from .core import (
+    LFA,
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    LabelError,
+    LFAIndexError,
+    NonFiniteError,
+    ShapeError,
+    ZeroNormError,
+    max_pool_frames,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LFA",
+    "max_pool_frames",
+    "LFAIndexError",
+    "InvalidInputError",
+    "InvalidParameterError",
+    "NonFiniteError",
+    "ZeroNormError",
+    "ShapeError",
+    "DimensionMismatchError",
+    "LabelError",
+]

@@ -1,0 +1,27 @@
+"""Seeded Gaussian random projection that bridges embedding spaces of different dimensions.
+
+The paper projects 2048-d self-supervised vision features to the 1536-d text space with
+scikit-learn's ``GaussianRandomProjection`` before Procrustes (appendix, "Aligning Disjoint
+Modalities"). The larger side is mapped down to the smaller one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.random_projection import GaussianRandomProjection
+
+
+def random_projection_matrix(n_features: int, n_components: int, random_state: int | None) -> np.ndarray:
+    """The (n_components, n_features) Gaussian projection matrix for this seed (float32).
+
+    Entries are drawn N(0, 1/n_components) by scikit-learn; the same seed gives the same matrix.
+    """
+    proj = GaussianRandomProjection(n_components=n_components, random_state=random_state)
+    proj.fit(np.zeros((1, n_features), dtype=np.float32))
+    return np.asarray(proj.components_, dtype=np.float32)
+
+
+def project(x: torch.Tensor, components: torch.Tensor) -> torch.Tensor:
+    """Project rows (or views) of ``x`` with ``components`` (k, d) and L2-normalise the result."""
+    return torch.nn.functional.normalize(x @ components.T, dim=-1)
