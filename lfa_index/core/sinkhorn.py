@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings
 
-import ot
 import torch
 
 
@@ -26,6 +25,8 @@ def sinkhorn_assignments(
     ``reg`` is the entropic regularisation ε on the ``½||x − y||²`` cost; the paper's public code
     uses geomloss with ``blur=0.05, p=2``, i.e. ε = blur² = 0.0025, the default here.
     """
+    import ot  # POT is only needed by unsupervised LFA; imported here to keep `import lfa_index` light
+
     n, c = x.shape[0], prototypes.shape[0]
     cost = 1.0 - x @ prototypes.T
     a = torch.full((n,), 1.0 / n, dtype=x.dtype, device=x.device)

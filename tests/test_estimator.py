@@ -1,0 +1,99 @@
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from lfa_index import LFA, max_pool_frames
+from lfa_index.core.projection import random_projection_matrix
+from synthetic import planted_gap_problem
+
+
+def test_sklearn_conventions_get_set_params_and_clone():
+    lfa = LFA(beta=0.7, steps=10, random_state=3)
+    params = lfa.get_params()
+    assert params["beta"] == 0.7 and params["steps"] == 10 and params["random_state"] == 3
+    lfa.set_params(beta=0.5)
+    assert lfa.beta == 0.5
+    copy = clone(lfa)
+    assert copy.get_params() == lfa.get_params() and copy is not lfa
+
+
+def test_init_only_stores_parameters():
+    lfa = LFA(beta="not checked until fit")
+    assert lfa.beta == "not checked until fit"
+    assert not any(k.endswith("_") and not k.startswith("_") for k in vars(lfa))
+
+
+def test_methods_before_fit_raise_not_fitted(planted):
+    x, *_ = planted
+    for method in ("predict", "predict_proba", "transform", "decision_function"):
+        with pytest.raises(NotFittedError):
+            getattr(LFA(), method)(x)
+
+
+def test_full_lfa_beats_zero_shot_on_a_planted_gap():
+    x, y, protos, xt, yt = planted_gap_problem(noise=0.25, n_test=30)
+    lfa = LFA(random_state=0).fit(x, y, protos)
+    zero_shot = np.mean((xt @ protos.T).argmax(1) == yt)
+    assert lfa.score(xt, yt) > zero_shot + 0.3
+    proba = lfa.predict_proba(xt)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(proba.argmax(1), lfa.predict(xt))
+    z = lfa.transform(xt)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, atol=1e-5)
+    assert 0.0 <= lfa.beta_ <= 1.0 and lfa.beta_scores_.shape == (21,)
+
+
+def test_two_mappings_are_exposed_and_usable(planted):
+    x, y, protos, xt, yt = planted
+    lfa = LFA(steps=60, random_state=0).fit(x, y, protos)
+    np.testing.assert_allclose(lfa.W_avg_, (lfa.W_ + lfa.W_tt_) / 2)
+    for mapping in ("task", "tt", "average"):
+        assert lfa.predict(xt, mapping=mapping).shape == (len(xt),)
+    # prototypes of other classes can be scored with either map
+    scores = lfa.decision_function(xt, mapping="tt", prototypes=protos[:3])
+    assert scores.shape == (len(xt), 3)
+
+
+def test_warm_start_continues_from_the_previous_map(planted):
+    x, y, protos, _, _ = planted
+    lfa = LFA(steps=20, random_state=0, warm_start=True).fit(x, y, protos)
+    first_w, first_beta = lfa.W_.copy(), lfa.beta_
+    lfa.set_params(lr=1e-12, final_lr=0.0)
+    lfa.fit(x, y, protos)
+    np.testing.assert_allclose(lfa.W_, first_w, atol=1e-6)
+    assert lfa.beta_ == first_beta
+
+
+@pytest.mark.parametrize("image_dim,text_dim,side", [(48, 32, "image"), (32, 48, "text")])
+def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, text_dim, side):
+    x, y, protos, xt, yt = planted_gap_problem(d=max(image_dim, text_dim), n_test=10, seed=5)
+    if side == "image":
+        protos = protos[:, :text_dim]
+    else:
+        x, xt = x[:, :image_dim], xt[:, :image_dim]
+    lfa = LFA(steps=20, random_state=11).fit(x, y, protos)
+    assert lfa.projection_side_ == side
+    assert lfa.projection_.shape == (min(image_dim, text_dim), max(image_dim, text_dim))
+    assert lfa.W_.shape == (min(image_dim, text_dim),) * 2
+    np.testing.assert_array_equal(lfa.projection_, random_projection_matrix(max(image_dim, text_dim), min(image_dim, text_dim), 11))
+    assert lfa.predict(xt).shape == (len(xt),)
+
+
+def test_projection_is_reproducible_from_its_seed():
+    a = random_projection_matrix(64, 16, 0)
+    np.testing.assert_array_equal(a, random_projection_matrix(64, 16, 0))
+    assert not np.array_equal(a, random_projection_matrix(64, 16, 1))
+    assert a.dtype == np.float32 and a.shape == (16, 64)
+    # Johnson-Lindenstrauss scaling: entries ~ N(0, 1/16)
+    assert abs(a.std() - 0.25) < 0.03
+
+
+def test_max_pool_frames_pools_each_clip_and_normalises():
+    rng = np.random.default_rng(0)
+    frames = rng.standard_normal((3, 8, 16)).astype(np.float32)
+    pooled = max_pool_frames(frames)
+    expected = frames.max(axis=1)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(pooled, expected, atol=1e-6)
+    assert max_pool_frames(frames[0]).shape == (16,)

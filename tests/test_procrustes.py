@@ -1,0 +1,72 @@
+import numpy as np
+import torch
+
+from lfa_index import LFA
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta, support_splits
+from synthetic import normalize, planted_gap_problem, random_orthogonal
+
+
+def test_orthogonal_procrustes_recovers_a_planted_rotation():
+    rng = np.random.default_rng(0)
+    x = normalize(rng.standard_normal((400, 24)))
+    q = random_orthogonal(24, seed=3)
+    w = orthogonal_procrustes(torch.tensor(x, dtype=torch.float32), torch.tensor(x @ q, dtype=torch.float32))
+    np.testing.assert_allclose(w.numpy(), q, atol=1e-4)
+
+
+def test_orthogonal_procrustes_is_orthogonal_and_beats_other_orthogonal_maps():
+    rng = np.random.default_rng(1)
+    x = torch.tensor(normalize(rng.standard_normal((50, 16))), dtype=torch.float32)
+    t = torch.tensor(normalize(rng.standard_normal((50, 16))), dtype=torch.float32)
+    w = orthogonal_procrustes(x, t)
+    torch.testing.assert_close(w.T @ w, torch.eye(16), atol=1e-5, rtol=0)
+    best = torch.linalg.matrix_norm(x @ w - t)
+    for seed in range(20):
+        other = torch.tensor(random_orthogonal(16, seed), dtype=torch.float32)
+        assert best <= torch.linalg.matrix_norm(x @ other - t) + 1e-5
+
+
+def test_beta_one_gives_identity_and_beta_zero_gives_w_op():
+    w_op = torch.tensor(random_orthogonal(8, seed=5), dtype=torch.float32)
+    torch.testing.assert_close(beta_procrustes(w_op, 1.0), torch.eye(8))
+    torch.testing.assert_close(beta_procrustes(w_op, 0.0), w_op)
+    torch.testing.assert_close(beta_procrustes(w_op, 0.25), 0.75 * w_op + 0.25 * torch.eye(8))
+
+
+def test_estimator_with_beta_one_and_no_refinement_is_the_identity(planted):
+    x, y, protos, _, _ = planted
+    lfa = LFA(beta=1.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
+    np.testing.assert_allclose(lfa.W_, np.eye(x.shape[1]), atol=1e-6)
+    np.testing.assert_allclose(lfa.transform(x), x / np.linalg.norm(x, axis=1, keepdims=True), atol=1e-5)
+
+
+def test_estimator_with_beta_zero_and_no_refinement_is_orthogonal_procrustes():
+    # More classes than dimensions: XᵀPY has full rank, so W_op is unique.
+    x, y, protos, _, _ = planted_gap_problem(n_classes=40, shots=4, d=16)
+    lfa = LFA(beta=0.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
+    w_op = orthogonal_procrustes(torch.tensor(x), torch.tensor(protos[y]))
+    np.testing.assert_allclose(lfa.W_, w_op.numpy(), atol=1e-5)
+
+
+def test_beta_cross_validation_prefers_identity_when_already_aligned_and_procrustes_under_a_rotation():
+    rng = np.random.default_rng(2)
+    protos = normalize(rng.standard_normal((10, 32)))
+    y = np.repeat(np.arange(10), 8)
+    aligned = normalize(protos[y] + 0.45 * rng.standard_normal((80, 32)))
+    rotated = aligned @ random_orthogonal(32, seed=9)
+    t = lambda a: torch.tensor(a, dtype=torch.float32)
+    betas = np.round(np.linspace(0, 1, 21), 2)
+    beta_aligned, _ = select_beta(t(aligned), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    beta_rotated, scores = select_beta(t(rotated), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    assert beta_aligned >= 0.5
+    assert beta_rotated <= 0.3
+    assert scores.shape == (21,) and np.all((scores >= 0) & (scores <= 1))
+
+
+def test_support_splits_are_stratified_when_every_class_has_two_rows():
+    y = np.repeat(np.arange(5), 4)
+    for train, val in support_splits(y, n_splits=3, val_size=0.25, random_state=0):
+        assert set(y[train]) == set(range(5)) and set(y[val]) == set(range(5))
+    one_shot = np.arange(10)
+    splits = support_splits(one_shot, n_splits=3, val_size=0.2, random_state=0)
+    assert all(len(v) == 2 and len(t) == 8 for t, v in splits)

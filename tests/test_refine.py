@@ -1,0 +1,92 @@
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lfa_index import LFA
+from lfa_index.core.loss import arerank_loss
+from lfa_index.core.metrics import hubness
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.refine import ema_momentum, refine
+from synthetic import planted_gap_problem
+
+
+def _generators(seed=0):
+    return torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+
+
+def test_refinement_lowers_the_loss_and_the_hubness_on_a_planted_modality_gap():
+    x, y, protos, _, _ = planted_gap_problem(noise=0.35, rotation_mix=0.6, seed=0)
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    gen, coin = _generators()
+    result = refine(w0, x, y, p, steps=300, generator=gen, coin=coin)
+    loss_before = float(arerank_loss(x @ w0, p, y))
+    loss_after = float(arerank_loss(x @ result.W, p, y))
+    hub_before = hubness(F.normalize(x @ w0, dim=1), p, y)
+    hub_after = hubness(F.normalize(x @ result.W, dim=1), p, y)
+    assert loss_after < 0.8 * loss_before
+    assert hub_after < hub_before - 0.03
+
+
+def test_estimator_reports_lower_hubness_after_refinement(planted):
+    x, y, protos, _, _ = planted
+    lfa = LFA(steps=200, random_state=0).fit(x, y, protos)
+    assert lfa.hubness_ < lfa.hubness_init_
+    assert len(lfa.loss_curve_) == 200 and lfa.steps_ == 200
+
+
+def test_w_tt_starts_at_identity_and_follows_the_log_momentum_schedule():
+    x, y, protos, _, _ = planted_gap_problem(d=16)
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.5)
+    steps = 40
+    seen = []
+    gen, coin = _generators()
+    result = refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, lr=1e-2,
+                    callback=lambda t, w: seen.append(w.clone()))
+    # Replay eq. 9 from the identity with the maps the run went through.
+    w_tt = torch.eye(16)
+    for t, w in enumerate(seen):
+        a = ema_momentum(t, steps)
+        w_tt = a * w_tt + (1 - a) * w
+    torch.testing.assert_close(result.W_tt, w_tt, atol=1e-5, rtol=0)
+    # W_tt only takes the first half of the run: it is frozen once the momentum reaches 1.
+    assert ema_momentum(0, steps) == pytest.approx(0.9)
+    assert ema_momentum(steps // 2, steps) == pytest.approx(1.0)
+    assert ema_momentum(steps - 1, steps) == pytest.approx(1.0)
+    momenta = [ema_momentum(t, steps) for t in range(steps)]
+    assert all(b >= a for a, b in zip(momenta, momenta[1:]))
+    # the log ramp is concave: it rises fastest at the start
+    assert momenta[1] - momenta[0] > momenta[10] - momenta[9] > 0
+    assert not torch.allclose(result.W_tt, torch.eye(16)) and not torch.allclose(result.W_tt, result.W)
+
+
+def test_refinement_is_reproducible_from_its_seed(planted):
+    x, y, protos, _, _ = planted
+    a = LFA(steps=30, random_state=7).fit(x, y, protos)
+    b = LFA(steps=30, random_state=7).fit(x, y, protos)
+    c = LFA(steps=30, random_state=8).fit(x, y, protos)
+    np.testing.assert_array_equal(a.W_, b.W_)
+    assert not np.array_equal(a.W_, c.W_)
+
+
+def test_multi_view_support_draws_one_view_per_image_and_uses_view_zero_for_beta():
+    x, y, protos, xt, yt = planted_gap_problem(n_test=20, seed=3)
+    rng = np.random.default_rng(0)
+    views = np.stack([x] + [x + 0.05 * rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)], axis=1)
+    lfa = LFA(steps=100, random_state=0).fit(views, y, protos)
+    single = LFA(steps=100, random_state=0).fit(x, y, protos)
+    assert lfa.beta_ == single.beta_  # β is chosen on view 0 alone
+    assert lfa.score(xt, yt) > 0.5
+    assert lfa.transform(views).shape == views.shape
+    assert lfa.predict(views).shape == (len(x),)
+
+
+def test_auto_steps_picks_a_count_from_the_support_set_alone(planted):
+    x, y, protos, _, _ = planted
+    lfa = LFA(random_state=0).fit(x, y, protos)
+    tried = [t[0] for t in lfa.step_trials_]
+    assert lfa.steps_ in tried and tried == sorted(tried) and len(tried) >= 2
+    best_acc = max(t[1] for t in lfa.step_trials_)
+    assert dict((t[0], t[1]) for t in lfa.step_trials_)[lfa.steps_] == best_acc

@@ -1,0 +1,27 @@
+import numpy as np
+
+from lfa_index import LFA
+from lfa_index.core.sinkhorn import sinkhorn_assignments
+from synthetic import planted_gap_problem
+
+import torch
+
+
+def test_sinkhorn_assignments_are_soft_and_balanced():
+    x, y, protos, _, _ = planted_gap_problem(noise=0.1, rotation_mix=0.0, seed=1)
+    q = sinkhorn_assignments(torch.tensor(x), torch.tensor(protos))
+    np.testing.assert_allclose(q.sum(1).numpy(), 1.0, atol=1e-5)
+    # uniform class marginals: every class receives about n/C of the mass
+    np.testing.assert_allclose(q.sum(0).numpy(), len(x) / len(protos), rtol=0.05)
+
+
+def test_unsupervised_lfa_recovers_the_labels_of_a_well_separated_planted_problem():
+    x, y, protos, _, _ = planted_gap_problem(n_classes=8, shots=20, noise=0.15, rotation_mix=0.35, seed=4)
+    zero_shot = (x @ protos.T).argmax(1)
+    lfa = LFA(steps=50, n_rounds=3, random_state=0).fit(x, None, protos)
+    recovered = lfa.assignments_.argmax(1)
+    assert lfa.assignments_.shape == (len(x), len(protos))
+    np.testing.assert_allclose(lfa.assignments_.sum(1), 1.0, atol=1e-5)
+    assert np.mean(recovered == y) >= 0.95
+    assert np.mean(lfa.predict(x) == y) >= 0.95
+    assert np.mean(lfa.predict(x) == y) > np.mean(zero_shot == y)

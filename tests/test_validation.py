@@ -1,0 +1,155 @@
+import numpy as np
+import pytest
+import torch
+
+from lfa_index import (
+    LFA,
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    LabelError,
+    NonFiniteError,
+    ShapeError,
+    ZeroNormError,
+)
+from synthetic import planted_gap_problem
+
+
+@pytest.fixture
+def data():
+    x, y, protos, _, _ = planted_gap_problem(n_classes=4, shots=5, d=8)
+    return x, y, protos
+
+
+def fit(x, y, p, **kw):
+    return LFA(steps=3, random_state=0, **kw).fit(x, y, p)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_rejected(data, bad):
+    x, y, p = data
+    x = x.copy()
+    x[2, 3] = bad
+    with pytest.raises(NonFiniteError, match="NaN or infinite"):
+        fit(x, y, p)
+    p2 = p.copy()
+    p2[0, 0] = bad
+    with pytest.raises(NonFiniteError):
+        fit(data[0], y, p2)
+
+
+def test_zero_norm_rows_are_rejected(data):
+    x, y, p = data
+    x = x.copy()
+    x[4] = 0
+    with pytest.raises(ZeroNormError, match="zero-norm"):
+        fit(x, y, p)
+    p = p.copy()
+    p[1] = 0
+    with pytest.raises(ZeroNormError):
+        fit(data[0], y, p)
+
+
+@pytest.mark.parametrize("labels_change", ["too_big", "negative", "float", "string"])
+def test_bad_labels_are_rejected(data, labels_change):
+    x, y, p = data
+    y = y.copy()
+    if labels_change == "too_big":
+        y[0] = len(p)
+    elif labels_change == "negative":
+        y[0] = -1
+    elif labels_change == "float":
+        y = y.astype(float)
+        y[0] = 0.5
+    else:
+        y = y.astype(str)
+    with pytest.raises(LabelError):
+        fit(x, y, p)
+
+
+def test_integer_valued_float_labels_are_accepted(data):
+    x, y, p = data
+    fit(x, y.astype(np.float64), p)
+
+
+def test_fewer_than_two_classes_is_rejected(data):
+    x, y, p = data
+    with pytest.raises(InvalidInputError, match="at least 2 classes"):
+        fit(x, np.zeros(len(x), dtype=int), p[:1])
+
+
+def test_row_count_mismatch_is_rejected(data):
+    x, y, p = data
+    with pytest.raises(ShapeError, match="one label per embedding row"):
+        fit(x, y[:-1], p)
+
+
+def test_differing_dims_without_projection_are_rejected(data):
+    x, y, p = data
+    with pytest.raises(DimensionMismatchError, match="projection='auto'"):
+        fit(x, y, np.hstack([p, p]), projection=False)
+
+
+@pytest.mark.parametrize("beta", [-0.1, 1.5, "high"])
+def test_beta_outside_unit_interval_is_rejected(data, beta):
+    with pytest.raises(InvalidParameterError, match="beta"):
+        LFA(beta=beta).fit(*data)
+
+
+@pytest.mark.parametrize("steps", [0, -5, 2.5])
+def test_non_positive_or_fractional_steps_are_rejected(data, steps):
+    with pytest.raises(InvalidParameterError, match="steps"):
+        LFA(steps=steps).fit(*data)
+
+
+def test_empty_x_is_rejected(data):
+    _, _, p = data
+    with pytest.raises(ShapeError, match="empty"):
+        fit(np.zeros((0, p.shape[1]), dtype=np.float32), np.zeros(0, dtype=int), p)
+
+
+def test_wrong_rank_is_rejected(data):
+    x, y, p = data
+    with pytest.raises(ShapeError):
+        fit(x[0], y, p)
+
+
+def test_errors_are_value_errors():
+    for err in (NonFiniteError, ZeroNormError, ShapeError, LabelError, DimensionMismatchError):
+        assert issubclass(err, ValueError)
+    assert issubclass(InvalidParameterError, TypeError) and issubclass(InvalidParameterError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda a: a.astype(np.float16),
+        lambda a: a.astype(np.float64),
+        lambda a: np.asfortranarray(a),
+        lambda a: np.repeat(a, 2, axis=1)[:, ::2],  # non-contiguous view
+        lambda a: torch.tensor(a),
+        lambda a: torch.tensor(a, dtype=torch.float64).T.contiguous().T,
+        lambda a: a.tolist(),
+    ],
+)
+def test_many_input_kinds_are_accepted_and_never_modified(data, convert):
+    x, y, p = data
+    xx, pp = convert(x), convert(p)
+    before_x = np.array(xx, dtype=np.float64, copy=True)
+    before_p = np.array(pp, dtype=np.float64, copy=True)
+    lfa = fit(xx, y, pp)
+    lfa.predict(xx)
+    np.testing.assert_array_equal(np.array(xx, dtype=np.float64), before_x)
+    np.testing.assert_array_equal(np.array(pp, dtype=np.float64), before_p)
+    reference = fit(x, y, p)
+    if np.asarray(xx).dtype == np.float16:  # lossy: the fit may move a little
+        assert np.mean(lfa.predict(x) == reference.predict(x)) >= 0.9
+    else:
+        np.testing.assert_allclose(lfa.W_, reference.W_, atol=1e-5)
+
+
+def test_query_dimension_mismatch_is_rejected(data):
+    x, y, p = data
+    lfa = fit(x, y, p)
+    with pytest.raises(DimensionMismatchError):
+        lfa.predict(np.hstack([x, x]))
