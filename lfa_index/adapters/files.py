@@ -1,0 +1,221 @@
+"""Precomputed embeddings (and labels) from .npy / .npz / .safetensors / Parquet / FAISS files.
+
+Never unpickles: ``np.load(..., allow_pickle=False)`` always.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..core.errors import ShapeError
+from ..core.validation import as_float_tensor
+from .base import l2_normalize, require
+from .errors import FileFormatError
+
+EMBEDDING_KEYS = ("embeddings", "embedding", "features", "X", "x")
+LABEL_KEYS = ("labels", "label", "y", "targets", "target")
+SUFFIXES = {
+    ".npy": "numpy",
+    ".npz": "numpy-archive",
+    ".safetensors": "safetensors",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".faiss": "faiss",
+    ".index": "faiss",
+}
+
+
+def load_embeddings(
+    path: str | os.PathLike,
+    *,
+    embeddings_key: str | None = None,
+    labels_key: str | None = None,
+    normalize: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Load embeddings, and labels where the file has them.
+
+    Parameters
+    ----------
+    path : ``.npy`` (one array), ``.npz`` / ``.safetensors`` (named arrays), ``.parquet`` (a list
+        column of vectors, one row per item) or a FAISS index (``.faiss`` / ``.index``: its vectors,
+        via ``reconstruct_n``; compressed indexes such as PQ or SQ give back approximations).
+    embeddings_key : array / column name; default the first of ``embeddings, embedding, features,
+        X, x`` present (or the only array).
+    labels_key : array / column of labels; default the first of ``labels, label, y, targets,
+        target`` present, else no labels. Named explicitly, it must exist.
+    normalize : L2-normalise the rows (default True, like every source).
+
+    Returns
+    -------
+    embeddings : (N, d) or (N, V, d) float32.
+    labels : (N,) integer or string array, or None.
+
+    Example
+    -------
+    >>> X, y = load_embeddings("support.npz")           # arrays "embeddings" and "labels"
+    """
+    path = Path(path)
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise FileFormatError(
+            f"Unknown embeddings file type {path.suffix!r} ({path.name}); supported: {', '.join(sorted(SUFFIXES))}."
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"No embeddings file at {path}.")
+    if kind == "numpy":
+        embeddings, labels = _read_npy(path, embeddings_key, labels_key), None
+    elif kind in ("numpy-archive", "safetensors"):
+        embeddings, labels = _read_named_arrays(path, kind, embeddings_key, labels_key)
+    elif kind == "parquet":
+        embeddings, labels = _read_parquet(path, embeddings_key, labels_key)
+    else:
+        embeddings, labels = _read_faiss(path, embeddings_key, labels_key), None
+    return _checked(embeddings, labels, path, normalize)
+
+
+def _checked(
+    embeddings: Any, labels: Any, path: Path, normalize: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    arr = np.asarray(embeddings)
+    if arr.dtype.kind not in "fiu":
+        raise FileFormatError(f"The embeddings in {path.name} have dtype {arr.dtype}; expected numbers.")
+    if not arr.flags.writeable:  # Arrow buffers are read-only; torch warns on those
+        arr = arr.copy()
+    x = as_float_tensor(arr, name=f"embeddings in {path.name}", ndims=(2, 3)).numpy()
+    if labels is not None:
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or labels.shape[0] != x.shape[0]:
+            raise ShapeError(
+                f"The labels in {path.name} have shape {labels.shape}; expected ({x.shape[0]},), one per embedding row."
+            )
+        if labels.dtype.kind not in "iuUSb":
+            raise FileFormatError(
+                f"The labels in {path.name} have dtype {labels.dtype}; expected integers or strings (class names)."
+            )
+        if labels.dtype.kind == "S":
+            labels = labels.astype(str)
+    return (l2_normalize(x) if normalize else x), labels
+
+
+def _pick(
+    available: list[str], requested: str | None, defaults: tuple[str, ...], what: str, path: Path
+) -> str | None:
+    if requested is not None:
+        if requested not in available:
+            raise FileFormatError(f"{path.name} has no {what} {requested!r}; it holds {available}.")
+        return requested
+    return next((k for k in defaults if k in available), None)
+
+
+def _read_npy(path: Path, embeddings_key: str | None, labels_key: str | None) -> np.ndarray:
+    if embeddings_key is not None or labels_key is not None:
+        raise FileFormatError(
+            f"{path.name} is a single .npy array: it has no named keys (and no labels); use .npz for both."
+        )
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as err:
+        raise FileFormatError(
+            f"{path.name} is not a plain numeric .npy array (pickled objects are refused): {err}"
+        ) from err
+
+
+def _read_named_arrays(path: Path, kind: str, embeddings_key: str | None, labels_key: str | None):
+    if kind == "numpy-archive":
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                arrays = {k: archive[k] for k in archive.files}
+        except ValueError as err:
+            raise FileFormatError(f"{path.name} holds pickled objects, which are refused: {err}") from err
+    else:
+        from safetensors.numpy import load_file
+
+        arrays = load_file(str(path))
+    names = sorted(arrays)
+    key = _pick(names, embeddings_key, EMBEDDING_KEYS, "array", path)
+    label_key = _pick(names, labels_key, LABEL_KEYS, "labels array", path)
+    if key is None:
+        others = [n for n in names if n != label_key]
+        if len(others) != 1:
+            raise FileFormatError(
+                f"{path.name} holds arrays {names} and none is called {list(EMBEDDING_KEYS)}; "
+                "name the embeddings with embeddings_key=..."
+            )
+        key = others[0]
+    return arrays[key], (arrays[label_key] if label_key is not None else None)
+
+
+def _read_parquet(path: Path, embeddings_key: str | None, labels_key: str | None):
+    pq = require("pyarrow.parquet", extra="files", package="pyarrow")
+    pa = require("pyarrow", extra="files")
+    columns = pq.read_schema(path).names
+    key = _pick(columns, embeddings_key, EMBEDDING_KEYS, "column", path)
+    if key is None:
+        raise FileFormatError(
+            f"{path.name} has columns {columns} and none is called {list(EMBEDDING_KEYS)}; "
+            "name the vector column with embeddings_key=..."
+        )
+    label_key = _pick(columns, labels_key, LABEL_KEYS, "labels column", path)
+    table = pq.read_table(path, columns=[key] + ([label_key] if label_key else []))
+    column = table.column(key).combine_chunks()
+    if not (
+        pa.types.is_list(column.type)
+        or pa.types.is_large_list(column.type)
+        or pa.types.is_fixed_size_list(column.type)
+    ):
+        raise FileFormatError(
+            f"Column {key!r} of {path.name} has type {column.type}; expected a list of floats per row."
+        )
+    if column.null_count:
+        raise FileFormatError(f"Column {key!r} of {path.name} has {column.null_count} empty (null) rows.")
+    lengths = np.asarray(
+        require("pyarrow.compute", extra="files", package="pyarrow").list_value_length(column)
+    )
+    if len(lengths) and (lengths != lengths[0]).any():
+        raise ShapeError(
+            f"Rows of column {key!r} in {path.name} have different lengths ({lengths.min()}..{lengths.max()}); "
+            "every embedding must have the same dimension."
+        )
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    embeddings = values.reshape(len(column), int(lengths[0]) if len(lengths) else 0)
+    labels = table.column(label_key).to_numpy(zero_copy_only=False) if label_key else None
+    if labels is not None and labels.dtype == object:
+        if not all(isinstance(v, str) for v in labels):
+            raise FileFormatError(
+                f"Labels column {label_key!r} of {path.name} must hold integers or strings, without nulls."
+            )
+        labels = labels.astype(str)
+    return embeddings, labels
+
+
+def _read_faiss(path: Path, embeddings_key: str | None, labels_key: str | None) -> np.ndarray:
+    if embeddings_key is not None or labels_key is not None:
+        raise FileFormatError(
+            f"{path.name} is a FAISS index: it holds vectors only, no named keys or labels."
+        )
+    faiss = require("faiss", extra="files", package="faiss-cpu")
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as err:
+        raise FileFormatError(f"{path.name} is not a readable FAISS index: {err}") from err
+    inner = faiss.downcast_index(index.index) if hasattr(index, "id_map") else index
+    if isinstance(inner, faiss.IndexLSH):
+        raise FileFormatError(
+            f"The FAISS index {path.name} is an IndexLSH: its binary codes cannot give back vectors."
+        )
+    try:
+        ivf = faiss.try_extract_index_ivf(inner)
+        if ivf is not None:
+            ivf.make_direct_map()
+        if inner.ntotal:
+            # Probe one vector first: an unsupported reconstruct_n aborts the process instead of raising.
+            inner.reconstruct(0)
+        return inner.reconstruct_n(0, inner.ntotal)
+    except RuntimeError as err:
+        raise FileFormatError(
+            f"The FAISS index {path.name} ({type(inner).__name__}) cannot give back its vectors: {err}"
+        ) from err

@@ -1,0 +1,245 @@
+"""Text embeddings from the OpenAI embeddings API (or any server that speaks ``/v1/embeddings``).
+
+Requests stay within the API's per-request limits (at most 2048 inputs and a token budget, with
+tokens over-estimated as UTF-8 bytes: every BPE token covers at least one byte). Rate limits
+(429), server errors (5xx), timeouts, dropped connections and malformed bodies are retried with
+exponential backoff and jitter. With a ``cache_dir``, each batch is stored as soon as it returns,
+so a rerun after a crash only pays for the inputs that never came back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.errors import InvalidParameterError
+from ..core.validation import check_number
+from .base import BaseSource, require
+from .errors import EmbeddingAPIError, MissingAPIKeyError
+
+#: Hard limits of the OpenAI embeddings endpoint.
+MAX_INPUTS_PER_REQUEST = 2048
+MAX_TOKENS_PER_REQUEST = 300_000
+
+#: Output size of the OpenAI models without ``dimensions=``.
+KNOWN_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_RETRYABLE_STATUS = {408, 409, 429}
+
+
+def estimate_tokens(text: str) -> int:
+    """An upper bound on the tokens of ``text`` that needs no tokenizer: its UTF-8 byte count."""
+    return len(text.encode("utf-8"))
+
+
+def plan_requests(texts: Sequence[str], *, max_inputs: int, max_tokens: int) -> list[list[int]]:
+    """Split ``texts`` into consecutive requests of at most ``max_inputs`` items and ``max_tokens``
+    estimated tokens (a single text above the budget goes alone: the API judges it)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for i, text in enumerate(texts):
+        n = estimate_tokens(text)
+        if current and (len(current) >= max_inputs or tokens + n > max_tokens):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += n
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _MalformedResponse(Exception):
+    """The server answered 200 with a body that is not a valid embeddings response."""
+
+
+class OpenAIEmbeddingSource(BaseSource):
+    """Text embeddings from the OpenAI embeddings API.
+
+    Parameters
+    ----------
+    model : embedding model name (default ``"text-embedding-3-small"``).
+    dimensions : output size passed to the API (``text-embedding-3-*`` only); default: the model's.
+    api_key : default ``$OPENAI_API_KEY``; missing, it raises :class:`MissingAPIKeyError` before any
+        request.
+    base_url : API root; default ``$OPENAI_BASE_URL`` or ``https://api.openai.com/v1``.
+    batch_size : at most this many inputs per request (1..2048, default 2048).
+    max_tokens_per_request : estimated-token budget of one request (default 300 000).
+    timeout : seconds before a request is abandoned and retried (default 60).
+    max_retries : retries per request after the first try (default 6).
+    backoff : first retry delay in seconds, doubled each retry, with jitter (default 1.0).
+    max_backoff : cap of one delay in seconds (default 60).
+    cache_dir : folder of the on-disk cache; strongly advised, it is what makes a rerun free.
+    progress : show a tqdm progress bar (default True).
+
+    Example
+    -------
+    >>> source = OpenAIEmbeddingSource("text-embedding-3-small", dimensions=512, cache_dir="emb-cache")
+    >>> prototypes = source.embed_texts(["a photo of a cat.", "a photo of a dog."])   # (2, 512)
+    """
+
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        *,
+        dimensions: int | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        batch_size: int = MAX_INPUTS_PER_REQUEST,
+        max_tokens_per_request: int = MAX_TOKENS_PER_REQUEST,
+        timeout: float = 60.0,
+        max_retries: int = 6,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        cache_dir: str | os.PathLike | None = None,
+        progress: bool = True,
+    ):
+        self.model = model
+        self.dimensions = dimensions
+        self.api_key = api_key
+        self.base_url = base_url
+        self.batch_size = batch_size
+        self.max_tokens_per_request = max_tokens_per_request
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.cache_dir = cache_dir
+        self.progress = progress
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.model}" + (f"@{self.dimensions}" if self.dimensions else "")
+
+    @property
+    def dim(self) -> int:
+        if self.dimensions is not None:
+            return int(self.dimensions)
+        if self.model in KNOWN_DIMENSIONS:
+            return KNOWN_DIMENSIONS[self.model]
+        if getattr(self, "dim_", None) is not None:
+            return self.dim_
+        raise InvalidParameterError(
+            f"The output size of model {self.model!r} is unknown before its first answer; "
+            "pass dimensions=... or embed something first."
+        )
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts: (N, dim) float32, rows L2-normalised; cached inputs are not sent again."""
+        self._check_params()
+        key = self._resolve_key()
+        client = self._client(key)
+        return self._embed_texts_cached(
+            texts,
+            lambda batch: self._request_with_retries(client, batch),
+            batches=lambda todo: plan_requests(
+                todo, max_inputs=self.batch_size, max_tokens=self.max_tokens_per_request
+            ),
+        )
+
+    def _check_params(self) -> None:
+        check_number(self.batch_size, "batch_size", low=1, high=MAX_INPUTS_PER_REQUEST, integer=True)
+        check_number(self.max_tokens_per_request, "max_tokens_per_request", low=1, integer=True)
+        check_number(self.timeout, "timeout", low=0, low_inclusive=False)
+        check_number(self.max_retries, "max_retries", low=0, integer=True)
+        check_number(self.backoff, "backoff", low=0)
+        check_number(self.max_backoff, "max_backoff", low=0)
+        if self.dimensions is not None:
+            check_number(self.dimensions, "dimensions", low=1, integer=True)
+
+    def _resolve_key(self) -> str:
+        key = self.api_key if self.api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        if not key or not key.strip():
+            raise MissingAPIKeyError(
+                "No OpenAI API key: set the OPENAI_API_KEY environment variable or pass api_key=... "
+                "(for a local OpenAI-compatible server any non-empty string works)."
+            )
+        return key
+
+    def _resolved_base_url(self) -> str:
+        return (self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+    def _client(self, key: str) -> Any:
+        openai = require("openai", extra="openai")
+        # Retries are ours (backoff with jitter, malformed bodies too), so the client's are off.
+        return openai.OpenAI(
+            api_key=key, base_url=self._resolved_base_url(), timeout=self.timeout, max_retries=0
+        )
+
+    def _identity(self) -> str:
+        return f"openai|{self._resolved_base_url()}|{self.model}|dimensions={self.dimensions}"
+
+    def _request_with_retries(self, client: Any, batch: list[str]) -> np.ndarray:
+        openai = require("openai", extra="openai")
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._request(client, batch)
+            except openai.APIStatusError as err:
+                status = err.status_code
+                if status not in _RETRYABLE_STATUS and status < 500:
+                    hint = " Check the API key." if status in (401, 403) else ""
+                    raise EmbeddingAPIError(
+                        f"The embeddings API refused a request of {len(batch)} inputs with HTTP {status}: "
+                        f"{err.message}{hint}"
+                    ) from err
+                failure: Exception = err
+                retry_after = _retry_after_seconds(err)
+            except (
+                openai.APIConnectionError,
+                openai.APIResponseValidationError,
+                json.JSONDecodeError,
+                _MalformedResponse,
+            ) as err:
+                failure, retry_after = err, 0.0
+            if attempt == self.max_retries:
+                raise EmbeddingAPIError(
+                    f"The embeddings API failed {self.max_retries + 1} times in a row on a request of "
+                    f"{len(batch)} inputs; last error: {type(failure).__name__}: {failure}. Inputs embedded "
+                    "so far are in the cache (with cache_dir set): rerun to resume."
+                ) from failure
+            time.sleep(self._delay(attempt, retry_after))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, retry_after: float) -> float:
+        cap = min(self.max_backoff, self.backoff * 2.0**attempt)
+        # "Equal jitter": half the delay is fixed, half random, so clients that failed together
+        # do not retry together.
+        return max(min(retry_after, self.max_backoff), cap / 2 + random.uniform(0, cap / 2))
+
+    def _request(self, client: Any, batch: list[str]) -> np.ndarray:
+        kwargs: dict[str, Any] = {"input": batch, "model": self.model, "encoding_format": "float"}
+        if self.dimensions is not None:
+            kwargs["dimensions"] = int(self.dimensions)
+        response = client.embeddings.create(**kwargs)
+        try:
+            rows = sorted(response.data, key=lambda d: d.index)
+            indices = [d.index for d in rows]
+            vectors = np.asarray([d.embedding for d in rows], dtype=np.float32)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise _MalformedResponse(f"unreadable embeddings response: {err}") from err
+        if indices != list(range(len(batch))) or vectors.ndim != 2:
+            raise _MalformedResponse(f"the response holds {len(indices)} embeddings for {len(batch)} inputs")
+        if self.dimensions is not None and vectors.shape[1] != self.dimensions:
+            raise _MalformedResponse(f"embeddings of size {vectors.shape[1]}, asked for {self.dimensions}")
+        if not np.isfinite(vectors).all():
+            raise _MalformedResponse("the response holds NaN or infinite values")
+        self.dim_ = int(vectors.shape[1])
+        return vectors
+
+
+def _retry_after_seconds(err: Any) -> float:
+    try:
+        return max(0.0, float(err.response.headers.get("retry-after", 0) or 0))
+    except (AttributeError, TypeError, ValueError):
+        return 0.0
