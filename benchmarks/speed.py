@@ -54,7 +54,7 @@ def time_phases(n_classes, shots, views, d, steps, device, precision, repeats=1)
     for _ in range(repeats + 1):  # the first round warms up kernels and allocators
         _sync(device)
         t0 = time.perf_counter()
-        beta, _ = select_beta(x0, y, p, betas=np.round(np.linspace(0, 1, 21), 2), random_state=0)
+        beta, _, _ = select_beta(x0, y, p, betas=np.round(np.linspace(0, 1, 21), 2), random_state=0)
         w0 = beta_procrustes(orthogonal_procrustes(x0, p[y]), beta)
         _sync(device)
         t1 = time.perf_counter()

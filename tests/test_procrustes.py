@@ -56,17 +56,40 @@ def test_beta_cross_validation_prefers_identity_when_already_aligned_and_procrus
     rotated = aligned @ random_orthogonal(32, seed=9)
     t = lambda a: torch.tensor(a, dtype=torch.float32)
     betas = np.round(np.linspace(0, 1, 21), 2)
-    beta_aligned, _ = select_beta(t(aligned), torch.tensor(y), t(protos), betas=betas, random_state=0)
-    beta_rotated, scores = select_beta(t(rotated), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    beta_aligned, _, how = select_beta(t(aligned), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    beta_rotated, scores, _ = select_beta(t(rotated), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    assert how == "cv"
     assert beta_aligned >= 0.5
     assert beta_rotated <= 0.3
     assert scores.shape == (21,) and np.all((scores >= 0) & (scores <= 1))
 
 
-def test_support_splits_are_stratified_when_every_class_has_two_rows():
+def test_support_splits_are_stratified_and_keep_single_row_classes_in_training():
     y = np.repeat(np.arange(5), 4)
     for train, val in support_splits(y, n_splits=3, val_size=0.25, random_state=0):
         assert set(y[train]) == set(range(5)) and set(y[val]) == set(range(5))
-    one_shot = np.arange(10)
-    splits = support_splits(one_shot, n_splits=3, val_size=0.2, random_state=0)
-    assert all(len(v) == 2 and len(t) == 8 for t, v in splits)
+        assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(y)
+    # two rows per class: one on each side
+    y2 = np.repeat(np.arange(6), 2)
+    for train, val in support_splits(y2, n_splits=3, val_size=0.2, random_state=0):
+        assert sorted(y2[train]) == sorted(y2[val]) == list(range(6))
+    # capped classes with a single row stay in training and are never validated
+    mixed = np.array([0, 0, 0, 1, 1, 1, 2, 3])
+    for train, val in support_splits(mixed, n_splits=3, val_size=0.3, random_state=0):
+        assert {6, 7} <= set(train) and set(mixed[val]) <= {0, 1}
+    assert support_splits(np.arange(10), n_splits=3, val_size=0.2, random_state=0) is None
+
+
+def test_one_shot_beta_falls_back_to_procrustes_when_the_identity_is_at_chance():
+    rng = np.random.default_rng(3)
+    protos = normalize(rng.standard_normal((30, 32)))
+    unrelated = normalize(rng.standard_normal((30, 32)))  # images from an unrelated encoder
+    y = torch.arange(30)
+    t = lambda a: torch.tensor(a, dtype=torch.float32)
+    betas = np.round(np.linspace(0, 1, 21), 2)
+    beta, scores, how = select_beta(t(unrelated), y, t(protos), betas=betas, random_state=0)
+    assert (beta, scores, how) == (0.0, None, "procrustes-fallback")
+    # same model: the identity is informative, β is chosen by class-disjoint folds
+    related = normalize(protos + 0.5 * rng.standard_normal((30, 32)))
+    beta, scores, how = select_beta(t(related), y, t(protos), betas=betas, random_state=0)
+    assert how == "class-disjoint-cv" and beta >= 0.5 and scores.shape == (21,)

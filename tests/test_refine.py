@@ -90,3 +90,10 @@ def test_auto_steps_picks_a_count_from_the_support_set_alone(planted):
     assert lfa.steps_ in tried and tried == sorted(tried) and len(tried) >= 2
     best_acc = max(t[1] for t in lfa.step_trials_)
     assert dict((t[0], t[1]) for t in lfa.step_trials_)[lfa.steps_] == best_acc
+
+
+def test_one_shot_support_uses_the_fixed_step_count_and_no_held_out_split():
+    x, y, protos, _, _ = planted_gap_problem(shots=1)
+    lfa = LFA(random_state=0).fit(x, y, protos)
+    assert lfa.steps_ == 100 and lfa.step_trials_ == []
+    assert lfa.beta_selection_ in ("class-disjoint-cv", "procrustes-fallback")

@@ -88,8 +88,11 @@ class LFA(ClassifierMixin, BaseEstimator):
     W_tt_ : ndarray (d, d)              base-to-new map, the EMA of W during refinement.
     W_avg_ : ndarray (d, d)             (W_ + W_tt_) / 2.
     beta_ : float                       β used.   beta_scores_ : mean CV accuracy per β (or None).
+    beta_selection_ : str               "cv", "class-disjoint-cv", "procrustes-fallback" (1 shot,
+                                        zero-shot at chance), "fixed" or "warm-start".
     steps_ : int                        refinement steps used (per round for U-LFA).
-    step_trials_ : list                 held-out (steps, accuracy, loss) when steps="auto".
+    step_trials_ : list                 held-out (steps, accuracy, loss) when steps="auto"; empty
+                                        at 1 shot, where the count falls back to 100.
     prototypes_ : ndarray (C, d)        L2-normalised prototypes in the aligned space.
     projection_ : ndarray (k, d_in) or None, projection_side_ : "image", "text" or None.
     loss_curve_ : list[float]           ARerank loss per refinement step (last round for U-LFA).
@@ -257,9 +260,9 @@ class LFA(ClassifierMixin, BaseEstimator):
             return p
         return project(p, torch.as_tensor(self.projection_, device=p.device))
 
-    def _choose_beta(self, x0, labels, protos, seed) -> tuple[float, np.ndarray | None]:
+    def _choose_beta(self, x0, labels, protos, seed) -> tuple[float, np.ndarray | None, str]:
         if self.beta != "auto":
-            return float(self.beta), None
+            return float(self.beta), None, "fixed"
         return select_beta(
             x0, labels, protos, betas=np.round(np.linspace(0.0, 1.0, 21), 2), n_splits=self.cv_splits,
             val_size=self.cv_val_size, random_state=seed,
@@ -279,11 +282,11 @@ class LFA(ClassifierMixin, BaseEstimator):
     def _fit_supervised(self, x, labels, protos, seed, gen, coin, warm) -> None:
         x0 = x[:, 0] if x.ndim == 3 else x
         if warm:
-            beta, self.beta_scores_ = self.beta_, None
+            beta, self.beta_scores_, self.beta_selection_ = self.beta_, None, "warm-start"
             w_init = torch.as_tensor(self.W_, device=x.device)
             w_tt_init = torch.as_tensor(self.W_tt_, device=x.device)
         else:
-            beta, self.beta_scores_ = self._choose_beta(x0, labels, protos, seed)
+            beta, self.beta_scores_, self.beta_selection_ = self._choose_beta(x0, labels, protos, seed)
             w_init = beta_procrustes(orthogonal_procrustes(x0, protos[labels]), beta)
             w_tt_init = None
         steps = self._choose_steps(x, labels, protos, beta, seed, gen, coin)
@@ -300,10 +303,10 @@ class LFA(ClassifierMixin, BaseEstimator):
         assign = sinkhorn_assignments(x0, protos, reg=self.sinkhorn_reg)
         pseudo = assign.argmax(dim=1)
         if warm:
-            beta, self.beta_scores_ = self.beta_, None
+            beta, self.beta_scores_, self.beta_selection_ = self.beta_, None, "warm-start"
             w = torch.as_tensor(self.W_, device=x.device)
         else:
-            beta, self.beta_scores_ = self._choose_beta(x0, pseudo, protos, seed)
+            beta, self.beta_scores_, self.beta_selection_ = self._choose_beta(x0, pseudo, protos, seed)
             w = beta_procrustes(orthogonal_procrustes(x0, protos[pseudo]), beta)
         self.hubness_init_ = hubness(F.normalize(x0 @ w, dim=1), protos, pseudo)
         steps = None

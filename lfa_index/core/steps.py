@@ -21,6 +21,9 @@ from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .refine import refine
 
 STEP_GRID: tuple[int, ...] = (25, 50, 100, 200, 400, 800, 1600)
+# With one row per class nothing can be held out (a held-out row's class would be unseen), so
+# the count falls back to the middle of the paper's "50-200 iterations" (section 5).
+ONE_SHOT_STEPS = 100
 
 
 @dataclass
@@ -46,13 +49,14 @@ def select_steps(
     patience: int = 2,
     random_state: int | None = None,
 ) -> tuple[int, list[StepTrial]]:
-    """Return the chosen step count and the trials that led to it.
+    """Return the chosen step count and the trials that led to it (empty at 1 shot).
 
     ``x`` is (n, d) or (n, V, d), L2-normalised; view 0 is used for Procrustes and evaluation.
     """
-    (train_idx, val_idx), = support_splits(
-        labels.cpu().numpy(), n_splits=1, val_size=val_size, random_state=random_state
-    )
+    splits = support_splits(labels.cpu().numpy(), n_splits=1, val_size=val_size, random_state=random_state)
+    if splits is None:
+        return ONE_SHOT_STEPS, []
+    (train_idx, val_idx), = splits
     tr = torch.as_tensor(train_idx, device=x.device)
     va = torch.as_tensor(val_idx, device=x.device)
     x_tr, y_tr = x[tr], labels[tr]

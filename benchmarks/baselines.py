@@ -1,0 +1,342 @@
+"""Few-shot baselines LFA is compared against: each fits on a support set and predicts eval rows.
+
+Every function takes the support rows ``X`` (N, d), their labels ``y`` (N,) in 0..C-1 and the
+eval rows ``X_eval`` (M, d), plus class ``prototypes`` (C, d') where the method uses them, and
+returns the predicted labels (M,). Nothing but the support set is looked at while fitting or
+choosing hyper-parameters. Features are L2-normalised inside each function.
+
+========================  ===================================================================
+``zero_shot``             nearest prototype by cosine (only meaningful when X and prototypes
+                          come from the same model).
+``nearest_class_mean``    cosine to the L2-normalised mean of each class's support rows.
+``knn``                   k nearest support rows (Euclidean on unit rows), k = min(16, N // C).
+``linear_probe``          sklearn logistic regression, L2 penalty, lbfgs, C = 1 (LFA's code).
+``linear_probe_cv``       same, C chosen by stratified K-fold CV on the support set.
+``beta_procrustes_only``  LFA's first two steps (projection, Procrustes, β by CV), no refinement.
+``gda``                   Gaussian discriminant analysis (Wang et al., ICLR 2024), + zero-shot
+                          logits when ``prototypes`` is given.
+``tip_adapter``           training-free Tip-Adapter cache (Zhang et al., ECCV 2022), + zero-shot
+                          logits when ``prototypes`` is given.
+========================  ===================================================================
+
+:data:`BASELINES` maps a name to a callable over a :class:`FewShotTask`, so a harness can run
+them all alike.
+
+Example
+-------
+>>> pred = linear_probe_cv(X, y, X_eval, random_state=0)
+>>> pred = BASELINES["gda"](FewShotTask(X, y, prototypes, X_eval, same_model=True, seed=0))
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+from sklearn.neighbors import KNeighborsClassifier
+
+from lfa_index.core import LFA
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta
+from lfa_index.core.projection import project, random_projection_matrix
+
+KNN_MAX_NEIGHBORS = 16
+LINEAR_PROBE_C = 1.0
+LINEAR_PROBE_CS: tuple[float, ...] = tuple(np.logspace(-2, 3, 11))
+LINEAR_PROBE_MAX_ITER = 1000
+CV_MAX_FOLDS = 5
+# LFA's β grid (``LFA._choose_beta``); tests/test_benchmarks_smoke.py checks both pick the same β.
+BETA_GRID = np.round(np.linspace(0.0, 1.0, 21), 2)
+CLIP_LOGIT_SCALE = 100.0
+# GDA's public code searches its ensemble weight on this grid (on a validation split; here on the
+# support set by CV).
+GDA_ALPHAS: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+# At 1 shot CV is impossible and GDA's covariance falls back to the identity, which puts its
+# logits on the cosine scale: weight them like the zero-shot logits (CLIP's logit scale).
+GDA_ALPHA_ONE_SHOT = CLIP_LOGIT_SCALE
+# Tip-Adapter's published defaults (ImageNet), used unchanged: no search on eval data.
+TIP_ALPHA = 1.0
+TIP_BETA = 5.5
+
+
+# sklearn reads "more classes than half the rows" (every 1-shot support) as a hint of regression.
+warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%", category=UserWarning)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True).clip(min=1e-12)
+
+
+def _cv_folds(y: np.ndarray, random_state: int | None) -> StratifiedKFold | None:
+    """Stratified K-fold over the support (K = min(5, smallest class count)); None if K < 2."""
+    n_folds = min(CV_MAX_FOLDS, int(np.bincount(y)[np.unique(y)].min()))
+    if n_folds < 2:
+        return None
+    return StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=random_state)
+
+
+# ---------------------------------------------------------------------------- text-free / prototype-only
+def zero_shot(prototypes: np.ndarray, X_eval: np.ndarray) -> np.ndarray:
+    """Index of the nearest prototype by cosine (M,). X_eval and prototypes must share a model."""
+    return np.argmax(_unit(X_eval) @ _unit(prototypes).T, axis=1)
+
+
+def nearest_class_mean(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray) -> np.ndarray:
+    """Cosine to the L2-normalised mean of each class's L2-normalised support rows."""
+    X, X_eval = _unit(X), _unit(X_eval)
+    classes = np.unique(y)
+    means = _unit(np.stack([X[y == c].mean(axis=0) for c in classes]))
+    return classes[np.argmax(X_eval @ means.T, axis=1)]
+
+
+def knn_neighbors(y: np.ndarray) -> int:
+    """k of :func:`knn`: the paper's 16 neighbours, capped at the mean shots per class (≥ 1)."""
+    return max(1, min(KNN_MAX_NEIGHBORS, len(y) // len(np.unique(y))))
+
+
+def knn(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, n_neighbors: int | None = None) -> np.ndarray:
+    """Majority vote of the k nearest L2-normalised support rows (k from :func:`knn_neighbors`).
+
+    Capping k at the shots per class keeps k-NN from voting mostly with other classes at low shot
+    counts (1-NN at 1 shot); at 16 shots it is the paper's 16 neighbours.
+    """
+    k = knn_neighbors(y) if n_neighbors is None else n_neighbors
+    model = KNeighborsClassifier(n_neighbors=k).fit(_unit(X), y)
+    return model.predict(_unit(X_eval))
+
+
+def _logistic(C: float, warm_start: bool = False) -> LogisticRegression:
+    # sklearn's defaults are the paper's probe: L2 penalty, lbfgs, multinomial.
+    return LogisticRegression(C=C, max_iter=LINEAR_PROBE_MAX_ITER, warm_start=warm_start)
+
+
+def linear_probe(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, C: float = LINEAR_PROBE_C) -> np.ndarray:
+    """Logistic regression on L2-normalised features (l2, lbfgs, C=1 as in LFA's public code)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return _logistic(C).fit(_unit(X), y).predict(_unit(X_eval))
+
+
+def select_linear_probe_C(
+    X: np.ndarray, y: np.ndarray, Cs: Sequence[float] = LINEAR_PROBE_CS, random_state: int | None = 0
+) -> tuple[float, np.ndarray | None]:
+    """C with the best mean stratified-CV accuracy on the support (ties: the smallest C).
+
+    Returns ``(C, mean accuracy per C)``; with a single shot in some class no fold can hold it
+    out, so it returns ``(LINEAR_PROBE_C, None)`` (the paper's probe).
+    """
+    X, y = _unit(X), np.asarray(y)
+    folds = _cv_folds(y, random_state)
+    if folds is None:
+        return LINEAR_PROBE_C, None
+    Cs = sorted(Cs)
+    scores = np.zeros(len(Cs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for train, val in folds.split(X, y):
+            model = _logistic(Cs[0], warm_start=True)  # walk up the C path from the last solution
+            for i, C in enumerate(Cs):
+                model.set_params(C=C).fit(X[train], y[train])
+                scores[i] += np.mean(model.predict(X[val]) == y[val])
+    scores /= folds.get_n_splits()
+    return float(Cs[int(np.argmax(scores))]), scores
+
+
+def linear_probe_cv(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, Cs: Sequence[float] = LINEAR_PROBE_CS,
+    random_state: int | None = 0,
+) -> np.ndarray:
+    """:func:`linear_probe` with C from :func:`select_linear_probe_C` (logspace(-2, 3, 11))."""
+    C, _ = select_linear_probe_C(X, y, Cs, random_state)
+    return linear_probe(X, y, X_eval, C=C)
+
+
+# ---------------------------------------------------------------------------- β-Procrustes alone
+@dataclass
+class BetaProcrustesMap:
+    """LFA's initial map: W_β on projected, L2-normalised rows, and the aligned prototypes."""
+
+    W: np.ndarray
+    beta: float
+    beta_scores: np.ndarray
+    prototypes: np.ndarray
+    projection: np.ndarray | None
+    projection_side: str | None
+
+    def decision_function(self, X_eval: np.ndarray) -> np.ndarray:
+        """Cosine (M, C) of ``normalize(proj(x) @ W)`` to each aligned prototype."""
+        x = F.normalize(torch.as_tensor(np.asarray(X_eval, dtype=np.float32)), dim=1)
+        if self.projection_side == "image":
+            x = project(x, torch.as_tensor(self.projection))
+        z = F.normalize(x @ torch.as_tensor(self.W), dim=1)
+        return (z @ torch.as_tensor(self.prototypes).T).numpy()
+
+    def predict(self, X_eval: np.ndarray) -> np.ndarray:
+        """Nearest aligned prototype (M,)."""
+        return np.argmax(self.decision_function(X_eval), axis=1)
+
+
+def fit_beta_procrustes(
+    X: np.ndarray, y: np.ndarray, prototypes: np.ndarray, random_state: int = 0
+) -> BetaProcrustesMap:
+    """LFA's steps before refinement, from the core functions and LFA's own defaults.
+
+    Same preprocessing as ``LFA.fit`` (float32, seeded random projection of the wider side when
+    the widths differ, L2 normalisation), orthogonal Procrustes on all support rows, β
+    cross-validated on LFA's grid :data:`BETA_GRID` with LFA's default ``cv_splits`` /
+    ``cv_val_size`` and ``random_state`` as seed: ``LFA(random_state=s)`` picks the same β and then
+    refines W_β.
+    """
+    defaults = LFA().get_params()
+    x = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    p = torch.as_tensor(np.asarray(prototypes, dtype=np.float32))
+    labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
+    d_img, d_txt = x.shape[1], p.shape[1]
+    side, components = None, None
+    if d_img != d_txt:
+        side = "image" if d_img > d_txt else "text"
+        components = random_projection_matrix(max(d_img, d_txt), min(d_img, d_txt), random_state)
+        if side == "image":
+            x = project(x, torch.as_tensor(components))
+        else:
+            p = project(p, torch.as_tensor(components))
+    x, p = F.normalize(x, dim=1), F.normalize(p, dim=1)
+    beta, scores, _ = select_beta(
+        x, labels, p, betas=BETA_GRID, n_splits=defaults["cv_splits"],
+        val_size=defaults["cv_val_size"], random_state=random_state,
+    )
+    w = beta_procrustes(orthogonal_procrustes(x, p[labels]), beta)
+    return BetaProcrustesMap(w.numpy(), beta, scores, p.numpy(), components, side)
+
+
+def beta_procrustes_only(
+    X: np.ndarray, y: np.ndarray, prototypes: np.ndarray, X_eval: np.ndarray, random_state: int = 0
+) -> np.ndarray:
+    """Predictions of :func:`fit_beta_procrustes` (LFA without refinement)."""
+    return fit_beta_procrustes(X, y, prototypes, random_state).predict(X_eval)
+
+
+# ---------------------------------------------------------------------------- GDA
+def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Linear discriminant ``(weights (C, d), bias (C,))`` of GDA with a shared covariance.
+
+    Class means of the L2-normalised rows and the precision estimator of GDA's public code,
+    ``d · ((n−1) S + tr(S) I)⁻¹`` with S the covariance of the class-centred rows (a shrinkage
+    towards a scaled identity); equal class priors. With one shot per class there is no
+    within-class spread (S = 0) and the precision falls back to the identity, i.e. nearest class
+    mean by Euclidean distance.
+    """
+    X = _unit(X).astype(np.float64)
+    means = np.stack([X[y == c].mean(axis=0) for c in range(n_classes)])
+    centred = X - means[y]
+    d = X.shape[1]
+    if len(X) - n_classes < 1:
+        precision = np.eye(d)
+    else:
+        cov = np.cov(centred, rowvar=False)
+        precision = d * np.linalg.pinv((len(X) - 1) * cov + np.trace(cov) * np.eye(d), hermitian=True)
+    weights = means @ precision
+    bias = np.log(1.0 / n_classes) - 0.5 * np.einsum("cd,cd->c", weights, means)
+    return weights, bias
+
+
+def _gda_logits(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, n_classes: int) -> np.ndarray:
+    weights, bias = gda_discriminant(X, y, n_classes)
+    return _unit(X_eval).astype(np.float64) @ weights.T + bias
+
+
+def select_gda_alpha(
+    X: np.ndarray, y: np.ndarray, prototypes: np.ndarray, alphas: Sequence[float] = GDA_ALPHAS,
+    random_state: int | None = 0,
+) -> tuple[float, np.ndarray | None]:
+    """Weight α of the GDA logits next to the zero-shot logits, by stratified CV on the support.
+
+    Returns ``(α, mean accuracy per α)``; at 1 shot, ``(GDA_ALPHA_ONE_SHOT, None)``. Ties: smallest α.
+    """
+    y = np.asarray(y)
+    folds = _cv_folds(y, random_state)
+    if folds is None:
+        return GDA_ALPHA_ONE_SHOT, None
+    n_classes = prototypes.shape[0]
+    scores = np.zeros(len(alphas))
+    for train, val in folds.split(X, y):
+        zs = CLIP_LOGIT_SCALE * _unit(X[val]) @ _unit(prototypes).T
+        g = _gda_logits(X[train], y[train], X[val], n_classes)
+        for i, alpha in enumerate(alphas):
+            scores[i] += np.mean(np.argmax(zs + alpha * g, axis=1) == y[val])
+    scores /= folds.get_n_splits()
+    return float(alphas[int(np.argmax(scores))]), scores
+
+
+def gda(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
+    random_state: int | None = 0,
+) -> np.ndarray:
+    """GDA predictions; with ``prototypes`` (same model as X) the logits are
+    ``100 · cos(x, prototypes) + α · GDA(x)`` with α from :func:`select_gda_alpha`."""
+    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    logits = _gda_logits(X, y, X_eval, n_classes)
+    if prototypes is not None:
+        alpha, _ = select_gda_alpha(X, y, prototypes, random_state=random_state)
+        logits = CLIP_LOGIT_SCALE * _unit(X_eval) @ _unit(prototypes).T + alpha * logits
+    return np.argmax(logits, axis=1)
+
+
+# ---------------------------------------------------------------------------- Tip-Adapter
+def tip_adapter(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
+    alpha: float = TIP_ALPHA, beta: float = TIP_BETA,
+) -> np.ndarray:
+    """Training-free Tip-Adapter: ``100 · cos(x, prototypes) + α · exp(−β(1 − x·Kᵀ)) L``.
+
+    Keys K are the L2-normalised support rows, values L their one-hot labels. Without
+    ``prototypes`` (features and prototypes from unrelated models) the cache logits stand alone
+    and α does not matter. α=1, β=5.5 are the paper's defaults, used as is.
+    """
+    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    keys, queries = _unit(X), _unit(X_eval)
+    values = np.eye(n_classes, dtype=np.float32)[y]
+    logits = alpha * (np.exp(-beta * (1.0 - queries @ keys.T)) @ values)
+    if prototypes is not None:
+        logits = logits + CLIP_LOGIT_SCALE * queries @ _unit(prototypes).T
+    return np.argmax(logits, axis=1)
+
+
+# ---------------------------------------------------------------------------- registry
+@dataclass(frozen=True)
+class FewShotTask:
+    """One support set and its eval rows, as every entry of :data:`BASELINES` takes them."""
+
+    X: np.ndarray
+    y: np.ndarray
+    prototypes: np.ndarray
+    X_eval: np.ndarray
+    same_model: bool
+    seed: int = 0
+
+    @property
+    def text_prototypes(self) -> np.ndarray | None:
+        """The prototypes where they share X's model (for zero-shot terms), else None."""
+        return self.prototypes if self.same_model else None
+
+
+BASELINES: dict[str, Callable[[FewShotTask], np.ndarray]] = {
+    "zero_shot": lambda t: zero_shot(t.prototypes, t.X_eval),
+    "nearest_class_mean": lambda t: nearest_class_mean(t.X, t.y, t.X_eval),
+    "knn": lambda t: knn(t.X, t.y, t.X_eval),
+    "linear_probe": lambda t: linear_probe(t.X, t.y, t.X_eval),
+    "linear_probe_cv": lambda t: linear_probe_cv(t.X, t.y, t.X_eval, random_state=t.seed),
+    "beta_procrustes": lambda t: beta_procrustes_only(t.X, t.y, t.prototypes, t.X_eval, random_state=t.seed),
+    "gda": lambda t: gda(t.X, t.y, t.X_eval, t.text_prototypes, random_state=t.seed),
+    "tip_adapter": lambda t: tip_adapter(t.X, t.y, t.X_eval, t.text_prototypes),
+}
+"""Name → callable(task) → eval predictions. ``zero_shot`` needs ``task.same_model``."""
+
+SAME_MODEL_ONLY: frozenset[str] = frozenset({"zero_shot"})

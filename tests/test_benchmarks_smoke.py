@@ -1,0 +1,135 @@
+"""The benchmark baselines and loaders behave on small planted problems (fast); real data is `slow`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# benchmarks/ sits at the repository root and is not installed: make it importable under any runner.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import baselines as bl  # noqa: E402
+from benchmarks import data as bd  # noqa: E402
+from lfa_index import LFA  # noqa: E402
+
+N_CLASSES, DIM = 6, 24
+
+
+def planted_problem(shots: int, *, seed: int = 0, noise: float = 0.15, n_eval: int = 20, proto_dim: int = DIM):
+    """Well separated classes around random unit centres; prototypes are the centres (or a
+    random linear image of them when ``proto_dim`` differs, like an unrelated text model)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(N_CLASSES, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(N_CLASSES), n)
+        return (centres[y] + noise * rng.normal(size=(len(y), DIM))).astype(np.float32), y
+
+    X, y = draw(shots)
+    X_eval, y_eval = draw(n_eval)
+    protos = centres if proto_dim == DIM else centres @ rng.normal(size=(DIM, proto_dim))
+    return X, y, X_eval, y_eval, protos.astype(np.float32)
+
+
+def accuracy(pred: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean(pred == truth))
+
+
+def test_nearest_class_mean_solves_a_planted_separable_problem():
+    X, y, X_eval, y_eval, _ = planted_problem(shots=4)
+    assert accuracy(bl.nearest_class_mean(X, y, X_eval), y_eval) == 1.0
+
+
+@pytest.mark.parametrize("same_model", [True, False])
+def test_every_baseline_returns_one_valid_label_per_eval_row_and_beats_chance(same_model):
+    X, y, X_eval, y_eval, protos = planted_problem(shots=4, proto_dim=DIM if same_model else 16)
+    task = bl.FewShotTask(X, y, protos, X_eval, same_model=same_model, seed=0)
+    for name, method in bl.BASELINES.items():
+        if name in bl.SAME_MODEL_ONLY and not same_model:
+            continue
+        pred = np.asarray(method(task))
+        assert pred.shape == (len(X_eval),), name
+        assert np.issubdtype(pred.dtype, np.integer) and pred.min() >= 0 and pred.max() < N_CLASSES, name
+        assert accuracy(pred, y_eval) > 0.8, name
+
+
+def test_one_shot_gda_and_cache_only_tip_adapter_reduce_to_nearest_class_mean():
+    X, y, X_eval, _, _ = planted_problem(shots=1, noise=0.5)
+    ncm = bl.nearest_class_mean(X, y, X_eval)
+    np.testing.assert_array_equal(bl.gda(X, y, X_eval), ncm)
+    np.testing.assert_array_equal(bl.tip_adapter(X, y, X_eval), ncm)
+
+
+def test_linear_probe_C_is_cross_validated_from_the_grid_and_falls_back_to_C1_at_one_shot():
+    X, y, *_ = planted_problem(shots=4)
+    C, scores = bl.select_linear_probe_C(X, y, random_state=0)
+    assert C in bl.LINEAR_PROBE_CS and scores.shape == (len(bl.LINEAR_PROBE_CS),)
+    X1, y1, *_ = planted_problem(shots=1)
+    assert bl.select_linear_probe_C(X1, y1) == (bl.LINEAR_PROBE_C, None)
+
+
+def test_knn_uses_at_most_sixteen_neighbours_and_one_at_one_shot():
+    assert bl.knn_neighbors(np.repeat(np.arange(3), 1)) == 1
+    assert bl.knn_neighbors(np.repeat(np.arange(3), 4)) == 4
+    assert bl.knn_neighbors(np.repeat(np.arange(3), 40)) == 16
+
+
+@pytest.mark.parametrize("proto_dim", [DIM, 16])
+def test_beta_procrustes_baseline_picks_the_same_beta_and_projection_as_lfa(proto_dim):
+    X, y, X_eval, y_eval, protos = planted_problem(shots=5, noise=0.2, proto_dim=proto_dim)
+    fitted = bl.fit_beta_procrustes(X, y, protos, random_state=3)
+    lfa = LFA(random_state=3, steps=1, device="cpu").fit(X, y, protos)
+    assert fitted.beta == lfa.beta_
+    np.testing.assert_allclose(fitted.beta_scores, lfa.beta_scores_)
+    if proto_dim != DIM:
+        np.testing.assert_array_equal(fitted.projection, lfa.projection_)
+    assert accuracy(fitted.predict(X_eval), y_eval) > 0.5
+
+
+def test_support_sampling_is_seeded_and_capped_at_the_class_size():
+    labels = np.array([0] * 10 + [1] * 3 + [2] * 20)
+    idx = bd.sample_support(labels, shots=4, seed=7)
+    assert np.bincount(labels[idx]).tolist() == [4, 3, 4]
+    np.testing.assert_array_equal(idx, bd.sample_support(labels, shots=4, seed=7))
+    assert not np.array_equal(idx, bd.sample_support(labels, shots=4, seed=8))
+
+
+def test_ag_news_split_is_stratified_disjoint_and_fixed():
+    labels = np.repeat(np.arange(4), 50)
+    pool, evaluation = bd.ag_news_split(labels)
+    assert len(np.intersect1d(pool, evaluation)) == 0 and len(pool) + len(evaluation) == len(labels)
+    assert np.bincount(labels[evaluation]).tolist() == [25] * 4
+    np.testing.assert_array_equal(pool, bd.ag_news_split(labels)[0])
+
+
+def test_embedding_cache_is_read_back_without_loading_the_model(tmp_path, monkeypatch):
+    texts = ["a photo of a cat.", "a photo of a dog."]
+    monkeypatch.setattr(bd, "_minilm_id", lambda: "test-model")
+    key = bd.texts_key(texts, "test-model")
+    assert key != bd.texts_key(texts[::-1], "test-model") != bd.texts_key(texts, "other-model")
+    stored = np.eye(2, 384, dtype=np.float32)
+    bd._save_npy_atomic(tmp_path / f"minilm-{key}.npy", stored)
+
+    def no_model():
+        raise AssertionError("the cache should have answered")
+
+    monkeypatch.setattr(bd, "_minilm", no_model)
+    np.testing.assert_array_equal(bd.embed_texts(texts, cache_dir=tmp_path), stored)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_real_dtd_set_loads_normalised_and_the_quick_benchmark_writes_its_table(tmp_path):
+    from benchmarks import accuracy
+
+    data = bd.load_set("dtd")
+    assert data.pool_features.shape[1] == 512 and data.prototypes.shape == (47, 384)
+    np.testing.assert_allclose(np.linalg.norm(data.eval_features, axis=1), 1.0, atol=1e-5)
+    assert not data.same_model
+    accuracy.main(["--quick", "--shots", "4", "--methods", "nearest_class_mean", "lfa",
+                   "--out-dir", str(tmp_path)])
+    assert (tmp_path / "accuracy_quick.json").exists() and "LFA" in (tmp_path / "accuracy_quick.md").read_text()
