@@ -106,13 +106,14 @@ def refine(
             batch = x.index_select(0, rows)
             batch_labels = labels.index_select(0, rows)
         add_noise, drop = (torch.rand(2, generator=coin) < 0.5).tolist()
+        # `batch` is a fresh copy (index_select), so it can be perturbed in place.
         if noise_std > 0 and add_noise:
-            batch = batch + noise_std * torch.randn(batch.shape, device=device, generator=generator)
+            batch.add_(torch.randn(batch.shape, device=device, generator=generator), alpha=noise_std)
         if dropout > 0 and drop:
             # Inverted dropout drawn from our generator (F.dropout cannot take one), so a seed
             # reproduces the run exactly.
-            mask = torch.rand(batch.shape, device=device, generator=generator) < keep
-            batch = batch * mask / keep
+            dropped = torch.rand(batch.shape, device=device, generator=generator) >= keep
+            batch.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed):
             loss = arerank_loss(batch @ w, prototypes, batch_labels, k=k, scale=scale, prototype_gram=gram)
         opt.zero_grad(set_to_none=True)
