@@ -12,6 +12,8 @@ from .core import (
     ZeroNormError,
     max_pool_frames,
 )
+from .index import AlignedIndex, DuplicateIdError, EmptyIndexError, NotFittedError
+from .persistence import IndexFormatError, IndexPathError, IndexVersionError
 
 __version__ = "0.1.0"
 
@@ -26,4 +28,11 @@ __all__ = [
     "ShapeError",
     "DimensionMismatchError",
     "LabelError",
+    "AlignedIndex",
+    "NotFittedError",
+    "EmptyIndexError",
+    "DuplicateIdError",
+    "IndexFormatError",
+    "IndexVersionError",
+    "IndexPathError",
 ]

@@ -207,10 +207,10 @@ class LFA(ClassifierMixin, BaseEstimator):
                 f"prototypes has {protos.shape[0]} row(s); LFA needs at least 2 classes (one prototype row per class)."
             )
         labels = None if y is None else check_labels(y, n_rows=x.shape[0], n_classes=protos.shape[0], device=device)
-        if warm and (x.shape[-1] != self.n_features_in_ or protos.shape[0] != len(self.classes_)):
-            raise InvalidInputError(
-                "warm_start needs the same image dimension and number of classes as the previous fit; "
-                "set warm_start=False to fit from scratch."
+        if warm and (x.shape[-1] != self.n_features_in_ or protos.shape[1] != self._prototype_dim()):
+            raise DimensionMismatchError(
+                "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
+                f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
             )
 
         gen = torch.Generator(device=device)
@@ -219,12 +219,13 @@ class LFA(ClassifierMixin, BaseEstimator):
         gen.manual_seed(seed)
         coin.manual_seed(seed + 1)
 
+        d_img = int(x.shape[-1])
         if not warm:
-            self._fit_projection(x.shape[-1], protos.shape[1], seed)
+            self._fit_projection(d_img, protos.shape[1], seed)
         x, protos = self._project_image(x), self._project_text(protos)
         x, protos = F.normalize(x, dim=-1), F.normalize(protos, dim=-1)
 
-        self.n_features_in_ = int(self._image_dim)
+        self.n_features_in_ = d_img
         self.classes_ = np.arange(protos.shape[0])
         self.prototypes_ = protos.cpu().numpy()
         if labels is None:
@@ -235,8 +236,10 @@ class LFA(ClassifierMixin, BaseEstimator):
         self.W_avg_ = (self.W_ + self.W_tt_) / 2
         return self
 
+    def _prototype_dim(self) -> int:
+        return self.projection_.shape[1] if self.projection_side_ == "text" else self.prototypes_.shape[1]
+
     def _fit_projection(self, d_img: int, d_txt: int, seed: int) -> None:
-        self._image_dim = d_img
         self.projection_side_ = None
         self.projection_ = None
         if d_img == d_txt:
@@ -355,7 +358,7 @@ class LFA(ClassifierMixin, BaseEstimator):
         """Bring new class prototypes (d_txt) into the aligned space (projected, L2-normalised)."""
         check_is_fitted(self, "W_")
         p = check_embeddings(prototypes, name="prototypes", ndims=(2,), device=self._device())
-        expected = self.projection_.shape[1] if self.projection_side_ == "text" else self.prototypes_.shape[1]
+        expected = self._prototype_dim()
         if p.shape[1] != expected:
             raise DimensionMismatchError(
                 f"prototypes have {p.shape[1]} dimensions but this LFA was fitted on {expected}-d prototypes; "

