@@ -1,0 +1,158 @@
+"""Reports of a fitted index: PNG figures of what the paper's figures show, an HTML page, and
+k-shot accuracy tables against the baselines.
+
+Example
+-------
+>>> section = alignment_section(index, "lfa_report", name="dtd", title="DTD, 16 shots",
+...                             eval_embeddings=X_test, eval_labels=y_test)
+>>> write_report("lfa_report", [section], title="lfa-index report")   # lfa_report/index.html
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..adapters.errors import MissingDependencyError
+from ..baselines import BASELINES
+from ..index import AlignedIndex
+from .alignment import STAGES, AlignmentStages, alignment_stages, class_positions
+from .evaluation import FewShotResults, FewShotTask, run_few_shot, sample_support
+from .page import Section, render_page
+
+__all__ = [
+    "AlignmentStages",
+    "FewShotResults",
+    "FewShotTask",
+    "STAGES",
+    "Section",
+    "alignment_section",
+    "alignment_stages",
+    "atomic_write",
+    "class_positions",
+    "render_page",
+    "run_few_shot",
+    "sample_support",
+    "write_report",
+]
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` at once: a temporary file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name).strip("_") or "index"
+
+
+def alignment_section(
+    index: AlignedIndex,
+    out_dir: str | os.PathLike,
+    *,
+    name: str = "index",
+    title: str | None = None,
+    lines: Sequence[str] = (),
+    eval_embeddings: Any = None,
+    eval_labels: Any = None,
+) -> Section:
+    """Write the figures of one fitted index under ``out_dir`` and return its page :class:`Section`.
+
+    Figures (file names prefixed by ``name``): ``_modality_gap.png``, ``_hubness.png``,
+    ``_similarity.png`` and, with eval rows, ``_per_class.png`` (LFA against nearest class mean
+    and a linear probe fitted on the same support, and zero-shot where rows and prototypes share
+    one space). ``eval_labels`` are in the index's label space (integers or class names).
+    """
+    try:
+        from . import figures  # matplotlib is imported only when a report is drawn
+    except ImportError as err:
+        raise MissingDependencyError(
+            f"drawing the report needs matplotlib ({err}); install it with: pip install 'lfa-index[plots]'"
+        ) from err
+
+    out = Path(out_dir)
+    stages = alignment_stages(index, eval_embeddings, eval_labels)
+    slug = _slug(name)
+    section = Section(title or name, list(lines))
+    hub = {s: float(np.mean(r > 0)) for s, r in stages.true_prototype_ranks("support").items()}
+    section.lines.append(
+        f"β = {stages.beta:g}, {index.lfa_.steps_} refinement steps, {len(stages.labels['support'])} support rows, "
+        f"{len(stages.prototypes)} classes. Support hubness (own prototype not the nearest): "
+        + ", ".join(f"{stages.stage_label(s)} {100 * h:.1f}%" for s, h in hub.items())
+        + "."
+        + (" Support labels are U-LFA pseudo-labels." if stages.pseudo_labels else "")
+        + ("" if stages.same_space
+           else " Rows and prototypes have different widths: 'no alignment' is the seeded random projection alone.")
+    )
+
+    def add(suffix: str, png: bytes, caption: str) -> None:
+        file = f"{slug}_{suffix}.png"
+        atomic_write(out / file, png)
+        section.figures.append((file, caption))
+
+    add("modality_gap", figures.modality_gap_figure(stages, title=f"{title or name}: modality gap (support rows, PCA)"),
+        "Support rows (red) and class prototypes (blue stars) projected to 2-D by PCA, without alignment, after "
+        "β-Procrustes and after refinement; grey lines join each row to its class prototype. 'gap' is the distance "
+        "between the mean row and the mean of their prototypes (Liang et al., 2022).")
+    add("hubness", figures.hubness_figure(stages, title=f"{title or name}: rank of the true class prototype"),
+        "Rank of each row's own class prototype among all prototypes (0 = nearest, as in the paper's hubness figure), "
+        "on the support rows the map was fitted on" + (" and on held-out eval rows." if "eval" in stages.rows else "."))
+    add("similarity", figures.similarity_figure(stages, title=f"{title or name}: similarity to the true prototype"),
+        "Left: cosine similarity between each row and its own class prototype at each stage. Right: that cosine "
+        "minus the cosine to the closest other prototype; a row is classified right when its margin is above 0"
+        + (" (held-out eval rows)." if "eval" in stages.rows else " (support rows)."))
+    if "eval" in stages.rows:
+        y_eval = stages.labels["eval"]
+        x_eval = np.asarray(eval_embeddings, dtype=np.float32)
+        x_eval = x_eval[:, 0] if x_eval.ndim == 3 else x_eval
+        support = np.asarray(index.support_embeddings_, dtype=np.float32)
+        support = support[:, 0] if support.ndim == 3 else support
+        y_support = stages.labels["support"]
+        predictions: dict[str, np.ndarray] = {}
+        if stages.same_space:
+            predictions["zero-shot"] = BASELINES["zero_shot"].predict(None, None, index.text_embeddings_, x_eval)
+        for method in ("nearest_class_mean", "linear_probe"):
+            predictions[BASELINES[method].label] = BASELINES[method].predict(support, y_support, None, x_eval)
+        predictions["LFA"] = class_positions(index, index.predict(x_eval))
+        add("per_class", figures.per_class_figure(y_eval, predictions, stages.class_names,
+                                                  title=f"{title or name}: per-class accuracy ({len(y_eval)} eval rows)"),
+            "Accuracy of each class on the eval rows, classes sorted by LFA's accuracy; the grey bar runs from the best "
+            "baseline to LFA. Baselines are fitted on the index's support set"
+            + (" (zero-shot uses no support)." if stages.same_space else "."))
+        section.lines.append(
+            "Eval accuracy: " + ", ".join(f"{m} {100 * np.mean(p == y_eval):.1f}%" for m, p in predictions.items()) + "."
+        )
+    return section
+
+
+def write_report(
+    out_dir: str | os.PathLike,
+    sections: Sequence[Section],
+    *,
+    title: str = "lfa-index report",
+    notes: Sequence[str] = (),
+    results: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``index.html`` (and ``results.json`` when ``results`` is given) under ``out_dir``."""
+    out = Path(out_dir)
+    if results is not None:
+        atomic_write(out / "results.json", json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    return atomic_write(out / "index.html", render_page(title, list(sections), notes=list(notes)))
