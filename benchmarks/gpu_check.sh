@@ -27,6 +27,23 @@ for driver in (None, "gesvd", "gesvdj", "gesvda"):
         print(driver, "failed:", err)
 t = time.perf_counter(); torch.linalg.svd(a.cpu()); print("cpu", round((time.perf_counter() - t) * 1000, 2))
 PY
+echo "== CUDA graph vs eager refinement: same problem, same start (support loss, hubness)"
+python3 - <<'PY'
+import torch, torch.nn.functional as F
+from benchmarks.speed import synthetic
+from lfa_index.core.loss import arerank_loss
+from lfa_index.core.metrics import hubness
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.refine import refine
+x, y, p = (t.cuda() for t in synthetic(100, 16, 5, 512))
+w0 = beta_procrustes(orthogonal_procrustes(x[:, 0], p[y]), 0.5)
+print("start", float(arerank_loss(x[:, 0] @ w0, p, y)), hubness(F.normalize(x[:, 0] @ w0, dim=1), p, y))
+for graph in (True, False):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    r = refine(w0, x, y, p, steps=200, generator=g, coin=torch.Generator().manual_seed(1), cuda_graph=graph)
+    print("graph" if graph else "eager", float(arerank_loss(x[:, 0] @ r.W, p, y)),
+          hubness(F.normalize(x[:, 0] @ r.W, dim=1), p, y), "W_tt-I", float((r.W_tt - torch.eye(512, device="cuda")).norm()))
+PY
 echo "== core tests on CUDA"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -m "not vision and not slow" \
   tests/test_procrustes.py tests/test_loss.py tests/test_refine.py tests/test_unsupervised.py \

@@ -46,7 +46,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_phases(n_classes, shots, views, d, steps, device, precision, repeats=1):
+def time_phases(n_classes, shots, views, d, steps, device, precision, repeats=1, cuda_graph=None):
     """Seconds for β cross-validation, the final Procrustes and `steps` refinement steps."""
     x, y, p = (t.to(device) for t in synthetic(n_classes, shots, views, d))
     x0 = x[:, 0] if x.ndim == 3 else x
@@ -60,7 +60,7 @@ def time_phases(n_classes, shots, views, d, steps, device, precision, repeats=1)
         t1 = time.perf_counter()
         gen = torch.Generator(device=device).manual_seed(0)
         coin = torch.Generator().manual_seed(1)
-        refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, precision=precision)
+        refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, precision=precision, cuda_graph=cuda_graph)
         _sync(device)
         t2 = time.perf_counter()
         phases = {"beta_cv_and_procrustes_s": t1 - t0, "refine_s": t2 - t1, "total_s": t2 - t0}
@@ -92,6 +92,10 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     precisions = [args.precision] if args.precision else ["float32", "bf16-mixed"]
+    # (precision, CUDA graph): on a GPU the eager float32 loop is timed too, for comparison.
+    modes = [(p, None) for p in precisions]
+    if device.type == "cuda":
+        modes.insert(1, ("float32", False))
 
     sweep = [  # (C, shots, views, d)
         (10, 16, 1, 512), (100, 16, 1, 512), (100, 16, 5, 512), (100, 16, 1, 1024), (300, 16, 1, 512),
@@ -100,15 +104,17 @@ def main() -> None:
         sweep.append((1000, 16, 5, 512))
     rows = []
     print(f"device={device}  torch threads={torch.get_num_threads()}  steps={args.steps}")
-    print(f"{'C':>5} {'shots':>5} {'views':>5} {'d':>5} {'precision':>10} | {'beta+proc s':>11} {'refine s':>9} {'total s':>8} {'ms/step':>8} | {'LFA.fit s':>9}")
+    print(f"{'C':>5} {'shots':>5} {'views':>5} {'d':>5} {'precision':>10} {'graph':>5} | {'beta+proc s':>11} {'refine s':>9} {'total s':>8} {'ms/step':>8} | {'LFA.fit s':>9}")
     for c, shots, views, d in sweep:
-        for precision in precisions:
-            ph = time_phases(c, shots, views, d, args.steps, device, precision)
-            fit_s = time_estimator(c, shots, views, d, args.steps, device, precision) if c * shots <= 20000 else None
-            row = dict(C=c, shots=shots, views=views, d=d, precision=precision, steps=args.steps, **ph,
+        for precision, graph in modes:
+            ph = time_phases(c, shots, views, d, args.steps, device, precision, cuda_graph=graph)
+            eager = graph is False
+            fit_s = None if eager else time_estimator(c, shots, views, d, args.steps, device, precision)
+            row = dict(C=c, shots=shots, views=views, d=d, precision=precision,
+                       cuda_graph=device.type == "cuda" and not eager, steps=args.steps, **ph,
                        ms_per_step=1000 * ph["refine_s"] / args.steps, lfa_fit_s=fit_s)
             rows.append(row)
-            print(f"{c:>5} {shots:>5} {views:>5} {d:>5} {precision:>10} | {ph['beta_cv_and_procrustes_s']:>11.3f} "
+            print(f"{c:>5} {shots:>5} {views:>5} {d:>5} {precision:>10} {str(row['cuda_graph'])[0]:>5} | {ph['beta_cv_and_procrustes_s']:>11.3f} "
                   f"{ph['refine_s']:>9.3f} {ph['total_s']:>8.3f} {row['ms_per_step']:>8.2f} | "
                   f"{fit_s if fit_s is not None else float('nan'):>9.3f}")
     meta = dict(

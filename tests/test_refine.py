@@ -97,3 +97,27 @@ def test_one_shot_support_uses_the_fixed_step_count_and_no_held_out_split():
     lfa = LFA(random_state=0).fit(x, y, protos)
     assert lfa.steps_ == 100 and lfa.step_trials_ == []
     assert lfa.beta_selection_ in ("class-disjoint-cv", "procrustes-fallback")
+
+
+def test_branch_free_graph_step_refines_like_the_eager_step():
+    # The step a CUDA graph replays, run eagerly on the CPU: same loss, optimiser and EMA.
+    from lfa_index.core.refine import _Refinement
+
+    x, y, protos, _, _ = planted_gap_problem(noise=0.35, rotation_mix=0.6, seed=0)
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    run = _Refinement(w0, x, y, p, steps=300, lr=5e-4, weight_decay=5e-4, final_lr=1e-7, k=3, scale=4.0,
+                      noise_std=0.035, dropout=0.025, batch_fraction=0.75, w_tt_init=None,
+                      momentum_start=0.9, precision="float32")
+    opt = torch.optim.AdamW([run.w], lr=5e-4, weight_decay=5e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=300, eta_min=1e-7)
+    torch.manual_seed(0)
+    w_tt = torch.eye(x.shape[1])
+    for step in range(300):
+        weight = torch.tensor(1.0 - ema_momentum(step, 300))
+        opt.zero_grad(set_to_none=True)
+        run._graph_step(opt, weight)
+        sched.step()
+        w_tt = (1 - weight) * w_tt + weight * run.w.detach()
+    assert float(arerank_loss(x @ run.w.detach(), p, y)) < 0.8 * float(arerank_loss(x @ w0, p, y))
+    torch.testing.assert_close(run.w_tt, w_tt, atol=1e-5, rtol=0)

@@ -4,11 +4,17 @@ One step: draw a batch (a random 75 % of the support rows, or one random view pe
 rows carry several views), perturb it (Gaussian noise with probability ½, dropout with
 probability ½, independently), minimise the ARerank loss of ``batch @ W`` with AdamW under a cosine
 schedule, then move the base-to-new map W_tt towards W by an exponential moving average.
+
+With ``train_prototypes=True`` the class prototypes are trained jointly with W by the same loss
+and optimiser, starting from the given (text) prototypes, as LP++ and CLAP train class weights
+initialised from text embeddings; the adaptive margins follow the current prototypes.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,6 +31,7 @@ class RefineResult:
     W: torch.Tensor
     W_tt: torch.Tensor
     loss_curve: list[float] = field(default_factory=list)
+    prototypes: torch.Tensor | None = None  # L2-normalised trained prototypes (train_prototypes=True)
 
 
 def ema_momentum(step: int, steps: int, start: float = 0.9) -> float:
@@ -61,6 +68,8 @@ def refine(
     generator: torch.Generator,
     coin: torch.Generator,
     precision: str = "float32",
+    cuda_graph: bool | None = None,
+    train_prototypes: bool = False,
     progress: bool = False,
     callback: Callable[[int, torch.Tensor], None] | None = None,
 ) -> RefineResult:
@@ -76,56 +85,176 @@ def refine(
     precision : "float32" (default) or "bf16-mixed": matrix products in bfloat16 under
         ``torch.autocast`` with float32 weights, optimiser state and norms (several times faster
         on CPUs with native bf16; results move within noise, see benchmarks/speed.py).
+    cuda_graph : replay the step as a CUDA graph (default: on CUDA devices). A step is ~80 small
+        kernels, so on a GPU it is bound by launch overhead, which the graph removes. The coin
+        flips are then drawn on the GPU and applied without branching, and the random streams
+        come from a CUDA generator seeded from ``generator`` (same distribution, other numbers).
+    train_prototypes : also train the prototypes, from ``prototypes``, with the same loss and
+        optimiser (runs eagerly); the result then carries them, L2-normalised.
     callback : called as ``callback(step, W)`` after each step (1-based), e.g. to follow a
         held-out accuracy.
     """
-    device = x.device
-    w = torch.nn.Parameter(w_init.detach().clone())
-    w_tt = (
-        torch.eye(w.shape[0], device=device, dtype=w.dtype) if w_tt_init is None else w_tt_init.detach().clone()
+    run = _Refinement(
+        w_init, x, labels, prototypes, steps=steps, lr=lr, weight_decay=weight_decay, final_lr=final_lr,
+        k=k, scale=scale, noise_std=noise_std, dropout=dropout, batch_fraction=batch_fraction,
+        w_tt_init=w_tt_init, momentum_start=momentum_start, precision=precision,
+        train_prototypes=train_prototypes,
     )
-    opt = torch.optim.AdamW([w], lr=lr, weight_decay=weight_decay, betas=(0.9, 0.999), eps=1e-8)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=final_lr)
-    gram = prototypes @ prototypes.T
-    n = x.shape[0]
-    multi_view = x.ndim == 3
-    flat_views = x.reshape(-1, x.shape[-1]) if multi_view else None
-    first_rows = torch.arange(n, device=device) * (x.shape[1] if multi_view else 1)
-    batch_size = n if multi_view else max(1, int(n * batch_fraction))
-    losses = torch.empty(steps, device=device)
-    keep = 1.0 - dropout
-    mixed = precision == "bf16-mixed"
-    bar = tqdm(range(steps), desc="LFA refinement", disable=not progress, leave=False)
-    for step in bar:
-        if multi_view:
-            view = torch.randint(x.shape[1], (n,), device=device, generator=generator)
-            batch = flat_views.index_select(0, first_rows + view)
-            batch_labels = labels
+    use_graph = (x.device.type == "cuda" if cuda_graph is None else cuda_graph) and not train_prototypes
+    if use_graph and x.device.type == "cuda" and steps > _GRAPH_WARMUP:
+        try:
+            return run.on_cuda_graph(generator, progress=progress, callback=callback)
+        except RuntimeError as err:  # an op this torch build cannot capture: run eagerly
+            warnings.warn(f"CUDA graph capture failed ({err}); refining eagerly.", RuntimeWarning, stacklevel=2)
+            run.reset()
+    return run.eagerly(generator, coin, progress=progress, callback=callback)
+
+
+_GRAPH_WARMUP = 3  # eager steps on a side stream before capture, as the CUDA-graph docs ask
+
+
+class _Refinement:
+    """One refinement run: its state, its batch draw and its step, run eagerly or as a CUDA graph."""
+
+    def __init__(self, w_init, x, labels, prototypes, *, steps, lr, weight_decay, final_lr, k, scale,
+                 noise_std, dropout, batch_fraction, w_tt_init, momentum_start, precision, train_prototypes=False):
+        self.w_init, self.w_tt_init = w_init, w_tt_init
+        self.x, self.labels, self.prototypes = x, labels, prototypes
+        self.steps, self.lr, self.weight_decay, self.final_lr = steps, lr, weight_decay, final_lr
+        self.k, self.scale, self.noise_std, self.keep = k, scale, noise_std, 1.0 - dropout
+        self.momentum_start = momentum_start
+        self.mixed = precision == "bf16-mixed"
+        self.train_prototypes = train_prototypes
+        self.gram = prototypes @ prototypes.T
+        device = x.device
+        n = x.shape[0]
+        self.multi_view = x.ndim == 3
+        self.flat_views = x.reshape(-1, x.shape[-1]) if self.multi_view else None
+        self.first_rows = torch.arange(n, device=device) * (x.shape[1] if self.multi_view else 1)
+        self.batch_size = n if self.multi_view else max(1, int(n * batch_fraction))
+        self.reset()
+
+    def reset(self) -> None:
+        device = self.x.device
+        self.w = torch.nn.Parameter(self.w_init.detach().clone())
+        eye = torch.eye(self.w.shape[0], device=device, dtype=self.w.dtype)
+        self.w_tt = eye if self.w_tt_init is None else self.w_tt_init.detach().clone()
+        self.trained = torch.nn.Parameter(self.prototypes.detach().clone()) if self.train_prototypes else None
+        self.losses = torch.empty(self.steps, device=device)
+
+    def _draw_batch(self, generator):
+        n, device = self.x.shape[0], self.x.device
+        if self.multi_view:
+            view = torch.randint(self.x.shape[1], (n,), device=device, generator=generator)
+            return self.flat_views.index_select(0, self.first_rows + view), self.labels
+        if generator is None:  # inside a CUDA graph: randperm cannot be captured, argsort can
+            rows = torch.rand(n, device=device).argsort()[: self.batch_size]
         else:
-            rows = torch.randperm(n, device=device, generator=generator)[:batch_size]
-            batch = x.index_select(0, rows)
-            batch_labels = labels.index_select(0, rows)
-        add_noise, drop = (torch.rand(2, generator=coin) < 0.5).tolist()
-        # `batch` is a fresh copy (index_select), so it can be perturbed in place.
-        if noise_std > 0 and add_noise:
-            batch.add_(torch.randn(batch.shape, device=device, generator=generator), alpha=noise_std)
-        if dropout > 0 and drop:
-            # Inverted dropout drawn from our generator (F.dropout cannot take one), so a seed
-            # reproduces the run exactly.
-            dropped = torch.rand(batch.shape, device=device, generator=generator) >= keep
-            batch.masked_fill_(dropped, 0.0).mul_(1.0 / keep)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed):
-            loss = arerank_loss(batch @ w, prototypes, batch_labels, k=k, scale=scale, prototype_gram=gram)
-        opt.zero_grad(set_to_none=True)
+            rows = torch.randperm(n, device=device, generator=generator)[: self.batch_size]
+        return self.x.index_select(0, rows), self.labels.index_select(0, rows)
+
+    def _loss(self, batch, batch_labels):
+        prototypes, gram = self.prototypes, self.gram
+        if self.trained is not None:
+            prototypes = torch.nn.functional.normalize(self.trained, dim=1)
+            with torch.no_grad():  # the adaptive margins follow the prototypes, without a gradient
+                gram = prototypes @ prototypes.T
+        with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.mixed, cache_enabled=False):
+            return arerank_loss(batch @ self.w, prototypes, batch_labels, k=self.k, scale=self.scale,
+                                prototype_gram=gram)
+
+    # ------------------------------------------------------------------ eager
+    def eagerly(self, generator, coin, *, progress, callback) -> RefineResult:
+        params = [self.w] if self.trained is None else [self.w, self.trained]
+        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay, betas=(0.9, 0.999), eps=1e-8)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.steps, eta_min=self.final_lr)
+        device = self.x.device
+        bar = tqdm(range(self.steps), desc="LFA refinement", disable=not progress, leave=False)
+        for step in bar:
+            batch, batch_labels = self._draw_batch(generator)
+            add_noise, drop = (torch.rand(2, generator=coin) < 0.5).tolist()
+            # `batch` is a fresh copy (index_select), so it can be perturbed in place.
+            if self.noise_std > 0 and add_noise:
+                batch.add_(torch.randn(batch.shape, device=device, generator=generator), alpha=self.noise_std)
+            if self.keep < 1.0 and drop:
+                # Inverted dropout drawn from our generator (F.dropout cannot take one), so a seed
+                # reproduces the run exactly.
+                dropped = torch.rand(batch.shape, device=device, generator=generator) >= self.keep
+                batch.masked_fill_(dropped, 0.0).mul_(1.0 / self.keep)
+            loss = self._loss(batch, batch_labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            with torch.no_grad():
+                alpha = ema_momentum(step, self.steps, self.momentum_start)
+                self.w_tt.mul_(alpha).add_(self.w.detach(), alpha=1.0 - alpha)
+                self.losses[step] = loss.detach()
+            if callback is not None:
+                callback(step + 1, self.w.detach())
+            if progress and (step % 20 == 0 or step == self.steps - 1):
+                bar.set_postfix(loss=f"{float(loss):.4f}")
+        trained = None if self.trained is None else torch.nn.functional.normalize(self.trained.detach(), dim=1)
+        return RefineResult(W=self.w.detach(), W_tt=self.w_tt, loss_curve=self.losses.cpu().tolist(), prototypes=trained)
+
+    # ------------------------------------------------------------------ CUDA graph
+    def _graph_step(self, opt, ema_weight) -> torch.Tensor:
+        """A branch-free step (coin flips as tensors), so one captured graph serves every step."""
+        batch, batch_labels = self._draw_batch(None)
+        flips = torch.rand(2, device=batch.device) < 0.5
+        batch = batch + torch.randn_like(batch) * (self.noise_std * flips[0])
+        kept = (torch.rand_like(batch) < self.keep) | ~flips[1]
+        batch = batch * kept * torch.where(flips[1], 1.0 / self.keep, 1.0)
+        loss = self._loss(batch, batch_labels)
         loss.backward()
         opt.step()
-        sched.step()
         with torch.no_grad():
-            alpha = ema_momentum(step, steps, momentum_start)
-            w_tt.mul_(alpha).add_(w.detach(), alpha=1.0 - alpha)
-            losses[step] = loss.detach()
-        if callback is not None:
-            callback(step + 1, w.detach())
-        if progress and (step % 20 == 0 or step == steps - 1):
-            bar.set_postfix(loss=f"{float(loss):.4f}")
-    return RefineResult(W=w.detach(), W_tt=w_tt, loss_curve=losses.cpu().tolist())
+            self.w_tt.lerp_(self.w.detach(), ema_weight)
+        return loss.detach()
+
+    def on_cuda_graph(self, generator, *, progress, callback) -> RefineResult:
+        device = self.x.device
+        # The learning-rate schedule, read off torch's scheduler on a stand-in optimiser, is
+        # written into a device tensor before each replay (no host sync inside the loop).
+        probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.lr)
+        probe_sched = torch.optim.lr_scheduler.CosineAnnealingLR(probe, T_max=self.steps, eta_min=self.final_lr)
+        lrs = []
+        for _ in range(self.steps):
+            lrs.append(probe.param_groups[0]["lr"])
+            probe.step()
+            probe_sched.step()
+        lr_t = torch.tensor(self.lr, device=device)
+        ema_weight = torch.zeros((), device=device)
+        opt = torch.optim.AdamW([self.w], lr=lr_t, weight_decay=self.weight_decay, betas=(0.9, 0.999),
+                                eps=1e-8, capturable=True)
+        seed = int(torch.randint(2**62, (1,), device=device, generator=generator))
+        bar = tqdm(range(self.steps), desc="LFA refinement", disable=not progress, leave=False)
+        graph = None
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        with torch.random.fork_rng(devices=[index]):  # graphs may only use the default CUDA RNG
+            torch.cuda.manual_seed(seed)
+            side = torch.cuda.Stream(device)
+            current = torch.cuda.current_stream(device)
+            for step in bar:
+                warm = step < _GRAPH_WARMUP
+                if warm:
+                    side.wait_stream(current)
+                with torch.cuda.stream(side) if warm else nullcontext():
+                    lr_t.fill_(lrs[step])
+                    ema_weight.fill_(1.0 - ema_momentum(step, self.steps, self.momentum_start))
+                    if warm:
+                        opt.zero_grad(set_to_none=True)
+                        loss = self._graph_step(opt, ema_weight)
+                if warm:
+                    current.wait_stream(side)
+                else:
+                    if graph is None:
+                        graph = torch.cuda.CUDAGraph()
+                        opt.zero_grad(set_to_none=True)
+                        with torch.cuda.graph(graph):
+                            loss = self._graph_step(opt, ema_weight)
+                    graph.replay()
+                self.losses[step].copy_(loss)
+                if callback is not None:
+                    callback(step + 1, self.w.detach())
+        return RefineResult(W=self.w.detach().clone(), W_tt=self.w_tt.clone(), loss_curve=self.losses.cpu().tolist())
