@@ -6,7 +6,7 @@ VENV_VISION := .venv-vision
 PY := $(VENV)/bin/python
 PYV := $(VENV_VISION)/bin/python
 # Extras installed in the main environment (light sources, plots, stores, distributed).
-EXTRAS := dev,text,openai,files,plots
+EXTRAS := dev,text,openai,files,plots,milvus,distributed
 
 .PHONY: demo test test-core test-vision bench clean
 

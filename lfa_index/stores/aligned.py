@@ -1,0 +1,257 @@
+"""An AlignedIndex's prototypes and corpora in any vector store, searched exactly.
+
+Classification: the store holds the prototypes folded with the query map (``P Gᵀ``, see
+:meth:`AlignedIndex.aligned_prototypes`), so the class of a raw query ``x`` is the inner-product
+nearest neighbour of ``x``; dividing by ``||x G||`` turns the scores into aligned cosines.
+Corpora: either the store holds aligned images ``normalize(x G)`` and is searched with aligned
+text (:func:`add_aligned` / :func:`search_aligned`, exact on a flat index), or it holds raw
+images and the text query is mapped back, ``y Gᵀ``, with an exact re-rank of ``k · overfetch``
+candidates (:func:`search_raw`, as :meth:`AlignedIndex.search_unaligned`).
+
+Example
+-------
+>>> store = MilvusStore("vectors.db", "prototypes", dim=index.n_features_in_)
+>>> write_prototypes(index, store)
+>>> classify(index, store, queries)                # == index.predict(queries)
+>>> X, y = support_from_store(labelled_store, label_field="label")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from ..core.errors import DimensionMismatchError, InvalidInputError, ShapeError
+from ..core.validation import check_choice, check_number
+from ..index import AlignedIndex, EmptyIndexError, check_query_matrix
+from .base import VectorStore, check_ids, check_k
+from .errors import SchemaError
+
+MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
+_CHUNK = 65536
+Mapping_ = Literal["task", "tt", "average"]
+
+
+# ------------------------------------------------------------------------------ classification
+def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: str = "label") -> VectorStore:
+    """Replace the store's rows with the index's folded prototypes: id = class position in ``classes_``.
+
+    Each row also carries ``label_field`` (the class label) and ``"mapping"``. Call it again
+    after ``fit``, ``partial_fit`` or ``add_classes``. Returns the store.
+
+    Example
+    -------
+    >>> write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=index.n_features_in_))
+    """
+    folded = index.aligned_prototypes("auto")
+    if not isinstance(label_field, str) or label_field == MAPPING_FIELD:
+        raise InvalidInputError(f"label_field must be a field name other than {MAPPING_FIELD!r}, got {label_field!r}.")
+    _check_store(store, folded.shape[1], "the index's folded prototypes (image embedding dimension)")
+    if store.metric != "IP":
+        raise SchemaError(
+            f"{store.location} ranks by {store.metric}, but folded prototypes are not unit vectors and need the "
+            "inner product: use a collection indexed with metric IP."
+        )
+    labels = index.classes_.tolist()
+    mapping = np.where(index.is_new_class_, "tt", "task").tolist()
+    store.clear()
+    store.add(folded, ids=np.arange(len(folded)), fields={label_field: labels, MAPPING_FIELD: mapping})
+    return store
+
+
+def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` classes of raw queries from the store: ``(scores, labels)``, each (n, k'), best first.
+
+    Scores are aligned cosines; ``k' = min(k, n_classes)``. Equals ``index.search(X, k)``.
+
+    Example
+    -------
+    >>> scores, labels = search_classes(index, store, queries, k=3)
+    """
+    k = check_k(k)
+    x, groups = _classification_inputs(index, store, X)
+    k = min(k, len(index.classes_))
+    scores, positions = [], []
+    for mapping, size in groups:
+        where = {MAPPING_FIELD: mapping} if len(groups) > 1 else None
+        raw, ids = store.search(x, min(k, size), where=where)
+        scores.append(raw / _row_norms(x, index.query_transform(mapping))[:, None])
+        positions.append(ids)
+    scores_all, positions_all = np.concatenate(scores, axis=1), np.concatenate(positions, axis=1)
+    order = np.argsort(-scores_all, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores_all, order, 1), index.classes_[np.take_along_axis(positions_all, order, 1)]
+
+
+def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
+    """Label of the nearest class of each raw query, shape (n,); equals ``index.predict(X)``.
+
+    With one map (no classes added from text) this is a single inner-product search in the store.
+    """
+    x, groups = _classification_inputs(index, store, X)
+    if len(groups) > 1:
+        return search_classes(index, store, x, k=1)[1][:, 0]
+    _, ids = store.search(x, 1)
+    return index.classes_[ids[:, 0]]
+
+
+def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    x = check_query_matrix(X, name="X", dim=index.n_features_in_)
+    _check_store(store, index.n_features_in_, "the index's folded prototypes (image embedding dimension)")
+    held, n_classes = store.count(), len(index.classes_)
+    if held != n_classes:
+        raise InvalidInputError(
+            f"{store.location} holds {held} rows but the index has {n_classes} classes; call "
+            "write_prototypes(index, store) after fit/add_classes, and keep one store per index."
+        )
+    n_new = int(index.is_new_class_.sum())
+    groups = [(m, n) for m, n in (("task", n_classes - n_new), ("tt", n_new)) if n]
+    return x, groups
+
+
+# ------------------------------------------------------------------------------ corpora
+def add_aligned(
+    index: AlignedIndex,
+    store: VectorStore,
+    img_emb: Any,
+    ids: Any,
+    *,
+    fields: Mapping[str, Sequence[Any]] | None = None,
+    mapping: Mapping_ | None = None,
+) -> VectorStore:
+    """Add images to a re-indexed corpus: the store receives ``normalize(x G)`` (n, d).
+
+    ``mapping`` defaults to ``index.corpus_mapping``; use the same one in :func:`search_aligned`.
+    Images added before a refit keep the old map (re-add them). Returns the store.
+
+    Example
+    -------
+    >>> add_aligned(index, MilvusStore("vectors.db", "corpus", dim=index.prototypes_.shape[1]), X, ids)
+    """
+    x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
+    ids = check_ids(ids, len(x))
+    query_map = _corpus_map(index, mapping)
+    _check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
+    for start in range(0, len(x), _CHUNK):
+        stop = start + _CHUNK
+        part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
+        store.add(_align(x[start:stop], query_map), ids[start:stop], fields=part)
+    return store
+
+
+def search_aligned(index: AlignedIndex, store: VectorStore, text_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Text -> image search in a corpus filled by :func:`add_aligned`: ``(scores, ids)``, (n, k), best first.
+
+    Exact on a flat index; equals ``index.search_text`` over the same images.
+    """
+    k = check_k(k)
+    queries = np.ascontiguousarray(index.lfa_.transform_prototypes(text_emb), dtype=np.float32)
+    _check_store(store, queries.shape[1], "aligned embeddings (the aligned space's dimension)")
+    return store.search(queries, k)
+
+
+def search_raw(
+    index: AlignedIndex,
+    store: VectorStore,
+    text_emb: Any,
+    k: int = 10,
+    *,
+    overfetch: int = 10,
+    mapping: Mapping_ | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Text -> image search in a store of RAW image embeddings, with no re-indexing.
+
+    The aligned text query is mapped back (``y Gᵀ``), ``k · overfetch`` candidates are fetched and
+    re-ranked exactly by aligned cosine with their stored vectors. Returns ``(scores, ids)``, each
+    (n, k), best first; unfilled slots are id -1, score -inf. Recall against the exact aligned
+    top-k grows with ``overfetch``.
+
+    Example
+    -------
+    >>> scores, ids = search_raw(index, MilvusStore(uri, "images_raw"), text_emb, k=10, overfetch=20)
+    """
+    k = check_k(k)
+    check_number(overfetch, "overfetch", low=1, integer=True)
+    queries = np.ascontiguousarray(index.lfa_.transform_prototypes(text_emb), dtype=np.float32)
+    query_map = _corpus_map(index, mapping)
+    _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
+    held = store.count()
+    if held == 0:
+        raise EmptyIndexError(f"{store.location} is empty: add raw image embeddings to it before search_raw().")
+    fetch = min(k * int(overfetch), held)
+    _, candidates = store.search(np.ascontiguousarray(queries @ query_map.T), fetch)
+    scores = np.full(candidates.shape, -np.inf, dtype=np.float32)
+    valid = candidates >= 0
+    unique_ids = np.unique(candidates[valid])
+    if len(unique_ids):
+        aligned = _align(store.get(unique_ids), query_map)
+        rows, cols = np.nonzero(valid)
+        slots = np.searchsorted(unique_ids, candidates[rows, cols])
+        scores[rows, cols] = np.einsum("ij,ij->i", aligned[slots], queries[rows])
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top_scores = np.take_along_axis(scores, order, 1)
+    top_ids = np.take_along_axis(candidates, order, 1)
+    top_ids[~np.isfinite(top_scores)] = -1
+    return top_scores, top_ids
+
+
+# ------------------------------------------------------------------------------ support sets
+def support_from_store(
+    store: VectorStore, *, label_field: str, batch_size: int = 4096
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled support embeddings held in a store, for :meth:`AlignedIndex.fit`: ``(embeddings, labels)``.
+
+    Rows come in id order; ``labels`` holds the values of ``label_field`` (strings or ints).
+
+    Example
+    -------
+    >>> X, y = support_from_store(MilvusStore(uri, "labelled_images"), label_field="label")
+    >>> AlignedIndex(random_state=0).fit(X, y, text_emb, class_names=names)
+    """
+    ids, vectors, labels = [], [], []
+    for batch_ids, batch_vectors, batch_fields in store.scan([label_field], batch_size=batch_size):
+        ids.append(batch_ids)
+        vectors.append(batch_vectors)
+        labels.append(np.asarray(batch_fields[label_field], dtype=object))
+    if not ids:
+        raise ShapeError(f"{store.location} holds no rows; add labelled embeddings before pulling a support set.")
+    order = np.argsort(np.concatenate(ids), kind="stable")
+    values = np.concatenate(labels)[order]
+    if all(isinstance(v, str) for v in values):
+        values = values.astype(str)
+    elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        values = values.astype(np.int64)
+    else:
+        raise SchemaError(f"field {label_field!r} of {store.location} must hold class names (str) or class indices (int).")
+    return np.concatenate(vectors)[order], values
+
+
+# ------------------------------------------------------------------------------ helpers
+def _check_store(store: VectorStore, dim: int, holds: str) -> None:
+    if not isinstance(store, VectorStore):
+        raise InvalidInputError(f"store must implement lfa_index.stores.VectorStore, got {type(store).__name__}.")
+    if store.dim != dim:
+        raise DimensionMismatchError(
+            f"{store.location} holds {store.dim}-d vectors but {holds} are {dim}-d; use a collection created with "
+            f"dim={dim}."
+        )
+
+
+def _corpus_map(index: AlignedIndex, mapping: str | None) -> np.ndarray:
+    mapping = index.corpus_mapping if mapping is None else mapping
+    check_choice(mapping, "mapping", ("task", "tt", "average"))
+    return index.query_transform(mapping)
+
+
+def _align(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
+    z = x @ query_map
+    norms = np.linalg.norm(z, axis=1, keepdims=True)
+    np.divide(z, norms, out=z, where=norms > 0)
+    return np.ascontiguousarray(z, dtype=np.float32)
+
+
+def _row_norms(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
+    out = np.empty(len(x), dtype=np.float32)
+    for start in range(0, len(x), _CHUNK):
+        out[start : start + _CHUNK] = np.linalg.norm(x[start : start + _CHUNK] @ query_map, axis=1)
+    return out

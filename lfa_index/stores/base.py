@@ -1,0 +1,135 @@
+"""The store protocol: a collection of vectors with int64 ids and scalar fields, searched by inner product.
+
+Two stores implement it: :class:`~lfa_index.stores.FaissStore` (in-process) and
+:class:`~lfa_index.stores.MilvusStore` (Milvus Lite, a server or a cluster, by URI). The
+functions of :mod:`lfa_index.stores.aligned` put an AlignedIndex's prototypes or corpora in any
+of them.
+
+Example
+-------
+>>> store = FaissStore(dim=512)
+>>> store.add(vectors, ids=np.arange(len(vectors)), fields={"label": names})
+>>> scores, ids = store.search(queries, k=10)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..core.errors import DimensionMismatchError, InvalidInputError, ShapeError
+from ..core.validation import check_number
+
+Where = Mapping[str, "str | int"]
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """What lfa-index needs from a vector store.
+
+    ``search`` ranks by the store's ``metric`` ("IP": inner product, "COSINE"), highest first;
+    missing slots are id -1 with score -inf. ``add`` replaces rows whose id is already held.
+    """
+
+    @property
+    def dim(self) -> int:
+        """Dimension of the stored vectors."""
+
+    @property
+    def metric(self) -> str:
+        """"IP" or "COSINE"."""
+
+    @property
+    def location(self) -> str:
+        """Where the store is, for messages (URI and collection)."""
+
+    def count(self) -> int:
+        """Number of rows held."""
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray, fields: Mapping[str, Sequence[Any]] | None = None) -> "VectorStore":
+        """Insert (or replace) rows: ``vectors`` (n, dim), ``ids`` (n,) int64, one value per row per field; returns the store."""
+
+    def clear(self) -> None:
+        """Remove every row."""
+
+    def search(self, queries: np.ndarray, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows for each query: ``(scores, ids)``, each (n, k). ``where``: field == value filters."""
+
+    def get(self, ids: np.ndarray) -> np.ndarray:
+        """Vectors of ``ids`` (n, dim), in the order of ``ids``."""
+
+    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+        """Every row, batch by batch: ``(ids, vectors, {field: values})``."""
+
+
+# ------------------------------------------------------------------------------ input checks
+def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors") -> np.ndarray:
+    """Convert to a C-contiguous float32 (n, dim) array with finite values."""
+    arr = np.asarray(vectors)
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise ShapeError(f"{name} must be a non-empty (n, {dim}) array, got shape {arr.shape}.")
+    if arr.shape[1] != dim:
+        raise DimensionMismatchError(
+            f"{name} have {arr.shape[1]} dimensions but {location} holds {dim}-d vectors; "
+            f"pass {dim}-d vectors or use a store created with dim={arr.shape[1]}."
+        )
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) or arr.dtype == bool:
+        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}.")
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(arr).all():
+        raise InvalidInputError(f"{name} hold NaN or infinite values; drop or repair those rows first.")
+    return arr
+
+
+def check_ids(ids: Any, n_rows: int) -> np.ndarray:
+    """Distinct non-negative int64 ids, one per row."""
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        raise ShapeError(f"ids must be 1-D with one id per row ({n_rows}), got shape {arr.shape}.")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidInputError(f"ids must be integers (int64), got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if (arr < 0).any():
+        raise InvalidInputError(f"ids must be non-negative (-1 marks 'no result'); got {arr[arr < 0][:5].tolist()}.")
+    if len(np.unique(arr)) != len(arr):
+        raise InvalidInputError("ids repeat within this batch; pass distinct ids.")
+    return arr
+
+
+def check_fields(fields: Mapping[str, Sequence[Any]] | None, n_rows: int, reserved: Sequence[str]) -> dict[str, list[Any]]:
+    """Scalar fields as plain Python lists (str, int, float, bool), one value per row."""
+    out: dict[str, list[Any]] = {}
+    for name, values in (fields or {}).items():
+        if not isinstance(name, str) or not name.isidentifier() or name in reserved:
+            raise InvalidInputError(f"field name {name!r} must be an identifier other than {list(reserved)}.")
+        values = np.asarray(values).tolist() if isinstance(values, np.ndarray) else list(values)
+        if len(values) != n_rows:
+            raise ShapeError(f"field {name!r} has {len(values)} values for {n_rows} rows; pass one per row.")
+        values = [v.item() if isinstance(v, np.generic) else v for v in values]
+        if not all(isinstance(v, (str, int, float, bool)) for v in values):
+            raise InvalidInputError(f"field {name!r} must hold str, int, float or bool values.")
+        out[name] = values
+    return out
+
+
+def check_k(k: Any, limit: int | None = None, name: str = "k") -> int:
+    """``k`` as a positive int, at most ``limit`` when the store has one."""
+    check_number(k, name, low=1, high=limit, integer=True)
+    return int(k)
+
+
+def check_where(where: Where | None) -> dict[str, str | int]:
+    """Equality filters ``{field: value}`` on scalar fields."""
+    if where is None:
+        return {}
+    out = {}
+    for name, value in where.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidInputError(f"where: field name {name!r} must be an identifier.")
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise InvalidInputError(f"where: {name} must equal a str or int, got {type(value).__name__}.")
+        out[name] = value
+    return out

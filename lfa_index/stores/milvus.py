@@ -1,0 +1,315 @@
+"""MilvusStore: one Milvus collection behind the store protocol, through ``pymilvus``.
+
+The same code reaches Milvus Lite (``uri="vectors.db"``, embedded, for tests and laptops), a
+Milvus server (``uri="http://host:19530"``) or a managed cluster (``uri=..., token=...``). A
+collection it creates has an INT64 primary key, a FLOAT_VECTOR field with a FLAT (exact) index of
+metric IP, and dynamic fields for labels; an existing collection is checked against what is asked.
+
+Example
+-------
+>>> store = MilvusStore("vectors.db", "prototypes", dim=512)
+>>> store.add(vectors, ids=np.arange(len(vectors)), fields={"label": names})
+>>> scores, ids = store.search(queries, k=1)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
+from ..core.validation import check_number
+from .base import Where, check_fields, check_ids, check_k, check_vectors, check_where
+from .errors import SchemaError, StoreUnavailableError, import_extra
+
+_MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
+_REQUEST_BYTES = 16 << 20  # stay well under gRPC's 64 MiB message limit
+_METRICS = ("IP", "COSINE")
+
+
+def _pymilvus() -> Any:
+    return import_extra("pymilvus", "milvus")
+
+
+class MilvusStore:
+    """Vectors with int64 ids and scalar fields in a Milvus collection.
+
+    Parameters
+    ----------
+    uri : str
+        A Milvus Lite file ("vectors.db"), or a server / cluster address ("http://host:19530").
+    collection : str
+        Collection name. It is created when missing (``dim`` is then required).
+    dim : int or None, default=None
+        Vector dimension. For an existing collection it is checked; None accepts the collection's.
+    embedding_field : str, default="embedding"
+        The FLOAT_VECTOR field holding the vectors.
+    token : str, default=""
+        Credentials for a server ("user:password" or an API key); never printed.
+    db_name : str, default=""
+        Milvus database ("" for the default one).
+    timeout : float, default=30.0
+        Seconds allowed for each request.
+
+    Raises
+    ------
+    StoreUnavailableError
+        The URI cannot be reached or opened (the message names the URI).
+    SchemaError
+        The collection lacks ``embedding_field``, has a non-INT64 primary key or a metric other
+        than IP/COSINE.
+    DimensionMismatchError
+        The collection holds vectors of another dimension than ``dim``.
+
+    Example
+    -------
+    >>> MilvusStore("http://milvus:19530", "corpus_raw", token="root:Milvus").search(q, k=100)
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        dim: int | None = None,
+        *,
+        embedding_field: str = "embedding",
+        token: str = "",
+        db_name: str = "",
+        timeout: float = 30.0,
+    ):
+        if not isinstance(uri, str) or not uri:
+            raise InvalidParameterError(f"uri must be a Milvus Lite file or a server address, got {uri!r}.")
+        if not isinstance(collection, str) or not collection.isidentifier():
+            raise InvalidParameterError(f"collection must be a name of letters, digits and '_', got {collection!r}.")
+        if dim is not None:
+            check_number(dim, "dim", low=1, integer=True)
+        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        self.uri = uri
+        self.collection = collection
+        self.embedding_field = embedding_field
+        self.timeout = float(timeout)
+        pymilvus = _pymilvus()
+        self._errors = (pymilvus.MilvusException, ConnectionError, OSError)
+        try:
+            self._client = pymilvus.MilvusClient(uri=uri, token=token, db_name=db_name, timeout=self.timeout)
+            exists = self._client.has_collection(collection, timeout=self.timeout)
+        except self._errors as err:
+            raise StoreUnavailableError(
+                f"cannot reach Milvus at {uri!r} ({_reason(err)}); check that the server is running and the URI, "
+                "token and network are right, or pass a local file such as 'vectors.db' for Milvus Lite."
+            ) from err
+        try:
+            if not exists:
+                if dim is None:
+                    raise InvalidParameterError(
+                        f"collection {collection!r} does not exist at {uri!r}; pass dim= to create it."
+                    )
+                self._create(int(dim))
+            self._dim, self._pk, self._metric = self._inspect(dim)
+            self._call("load the collection", self._client.load_collection, collection, timeout=self.timeout)
+        except BaseException:
+            self._client.close()
+            raise
+
+    # ------------------------------------------------------------------ schema
+    def _create(self, dim: int) -> None:
+        pymilvus = _pymilvus()
+        schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
+        schema.add_field("id", pymilvus.DataType.INT64, is_primary=True)
+        schema.add_field(self.embedding_field, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
+        index_params = self._client.prepare_index_params()
+        index_params.add_index(field_name=self.embedding_field, index_type="FLAT", metric_type="IP")
+        self._call(
+            "create the collection", self._client.create_collection, self.collection, schema=schema,
+            index_params=index_params, consistency_level="Strong", timeout=self.timeout,
+        )
+
+    def _inspect(self, dim: int | None) -> tuple[int, str, str]:
+        info = self._call("describe the collection", self._client.describe_collection, self.collection, timeout=self.timeout)
+        fields = {f["name"]: f for f in info["fields"]}
+        pymilvus = _pymilvus()
+        vector_fields = [n for n, f in fields.items() if f["type"] == pymilvus.DataType.FLOAT_VECTOR]
+        field = fields.get(self.embedding_field)
+        if field is None or field["type"] != pymilvus.DataType.FLOAT_VECTOR:
+            raise SchemaError(
+                f"collection {self.collection!r} at {self.uri!r} has no FLOAT_VECTOR field {self.embedding_field!r} "
+                f"(its vector fields: {vector_fields}); pass embedding_field= one of them."
+            )
+        held = int(field["params"]["dim"])
+        if dim is not None and held != int(dim):
+            raise DimensionMismatchError(
+                f"collection {self.collection!r} at {self.uri!r} holds {held}-d vectors but dim={dim} was asked for; "
+                "use another collection name, or embeddings from the model the collection was built with."
+            )
+        pk = [n for n, f in fields.items() if f.get("is_primary")]
+        if len(pk) != 1 or fields[pk[0]]["type"] != pymilvus.DataType.INT64:
+            raise SchemaError(
+                f"collection {self.collection!r} at {self.uri!r} needs an INT64 primary key, it has {pk}; "
+                "create a collection with an INT64 id field."
+            )
+        metric = "IP"
+        indexes = self._call("list indexes", self._client.list_indexes, self.collection, field_name=self.embedding_field)
+        if indexes:
+            described = self._call(
+                "describe the index", self._client.describe_index, self.collection, indexes[0], timeout=self.timeout
+            )
+            metric = str(described.get("metric_type", "IP")).upper()
+        if metric not in _METRICS:
+            raise SchemaError(
+                f"collection {self.collection!r} at {self.uri!r} is indexed with metric {metric}; lfa-index needs IP "
+                "(or COSINE for unit vectors): re-index it with metric_type='IP'."
+            )
+        return held, pk[0], metric
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def metric(self) -> str:
+        return self._metric
+
+    @property
+    def location(self) -> str:
+        return f"Milvus collection {self.collection!r} at {self.uri!r}"
+
+    def __repr__(self) -> str:
+        return f"MilvusStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim}, metric={self.metric!r})"
+
+    def count(self) -> int:
+        rows = self._call(
+            "count rows", self._client.query, self.collection, filter="", output_fields=["count(*)"],
+            timeout=self.timeout, consistency_level="Strong",
+        )
+        return int(rows[0]["count(*)"])
+
+    def add(self, vectors: Any, ids: Any, fields: Mapping[str, Sequence[Any]] | None = None) -> "MilvusStore":
+        """Upsert rows (a row whose id is held is replaced), in requests of at most 16 MiB. Returns ``self``."""
+        x = check_vectors(vectors, dim=self.dim, location=self.location)
+        new_ids = check_ids(ids, len(x))
+        values = check_fields(fields, len(x), reserved=(self._pk, self.embedding_field))
+        step = max(1, _REQUEST_BYTES // (4 * self.dim + 64))
+        for start in range(0, len(x), step):
+            stop = start + step
+            rows = [
+                {self._pk: int(i), self.embedding_field: v, **{k: vs[start + j] for k, vs in values.items()}}
+                for j, (i, v) in enumerate(zip(new_ids[start:stop], x[start:stop]))
+            ]
+            self._call("upsert rows", self._client.upsert, self.collection, rows, timeout=self.timeout)
+        return self
+
+    def clear(self) -> None:
+        self._call(
+            "delete rows", self._client.delete, self.collection, filter=f"{self._pk} >= 0 or {self._pk} < 0",
+            timeout=self.timeout,
+        )
+
+    def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
+        q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
+        k = check_k(k, limit=_MAX_TOPK, name="k (results per query; Milvus allows at most 16384)")
+        filters = check_where(where)
+        # a literal expression: Milvus Lite does not read filter templates ({name} + filter_params)
+        expr = " and ".join(f"{name} == {json.dumps(value)}" for name, value in filters.items())
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(q), k), -1, dtype=np.int64)
+        step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
+        for start in range(0, len(q), step):
+            found = self._call(
+                "search", self._client.search, self.collection, data=q[start : start + step], limit=k,
+                filter=expr, output_fields=[self._pk], anns_field=self.embedding_field,
+                search_params={"metric_type": self.metric}, timeout=self.timeout, consistency_level="Strong",
+            )
+            for row, hits in enumerate(found, start):
+                n = len(hits.ids)
+                ids[row, :n] = hits.ids
+                scores[row, :n] = hits.distances
+        return scores, ids
+
+    def get(self, ids: Any) -> np.ndarray:
+        """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
+        wanted = np.asarray(ids, dtype=np.int64).ravel()
+        unique = np.unique(wanted)
+        out = np.empty((len(unique), self.dim), dtype=np.float32)
+        found = np.zeros(len(unique), dtype=bool)
+        step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim + 64)))
+        for start in range(0, len(unique), step):
+            rows = self._call(
+                "get rows", self._client.get, self.collection, ids=unique[start : start + step].tolist(),
+                output_fields=[self.embedding_field], timeout=self.timeout, consistency_level="Strong",
+            )
+            if rows:
+                slots = np.searchsorted(unique, np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows)))
+                out[slots] = np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
+                found[slots] = True
+        if not found.all():
+            raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
+        return out[np.searchsorted(unique, wanted)]
+
+    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+        """Every row, ``batch_size`` at a time (a pymilvus query iterator): ``(ids, vectors, {field: values})``."""
+        check_number(batch_size, "batch_size", low=1, high=_MAX_TOPK, integer=True)
+        fields = list(fields)
+        iterator = self._call(
+            "scan rows", self._client.query_iterator, self.collection, batch_size=int(batch_size), filter="",
+            output_fields=[self.embedding_field, *fields], timeout=self.timeout,
+        )
+        try:
+            while True:
+                rows = self._call("scan rows", iterator.next)
+                if not rows:
+                    return
+                missing = sorted({f for r in rows for f in fields if f not in r})
+                if missing:
+                    raise SchemaError(
+                        f"rows of {self.location} lack field(s) {missing}; store them with add(..., fields=...) or "
+                        "name a field the collection has."
+                    )
+                ids = np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows))
+                vectors = np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
+                yield ids, vectors, {f: np.array([r[f] for r in rows]) for f in fields}
+        finally:
+            iterator.close()
+
+    def drop(self) -> None:
+        """Delete the whole collection (schema and index too)."""
+        self._call("drop the collection", self._client.drop_collection, self.collection, timeout=self.timeout)
+
+    def close(self) -> None:
+        """Release the connection."""
+        self._client.close()
+
+    def __enter__(self) -> "MilvusStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except self._errors as err:
+            if _is_connection_error(err):
+                raise StoreUnavailableError(
+                    f"lost Milvus at {self.uri!r} while trying to {what} ({_reason(err)}); check that the server is "
+                    "running and reachable, then retry."
+                ) from err
+            raise
+
+
+def _reason(err: Exception) -> str:
+    text = str(getattr(err, "message", "") or err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:300]
+
+
+def _is_connection_error(err: Exception) -> bool:
+    exceptions = _pymilvus().exceptions
+    kinds = (
+        ConnectionError, OSError, exceptions.MilvusUnavailableException, exceptions.ConnectionNotExistException,
+        exceptions.ConnectionConfigException,
+    )
+    text = str(err).lower()
+    return isinstance(err, kinds) or any(s in text for s in ("fail connecting", "unavailable", "deadline exceeded"))

@@ -1,0 +1,265 @@
+"""Vector stores: folded prototypes and aligned corpora in FAISS and Milvus Lite give the index's answers."""
+
+from __future__ import annotations
+
+import sys
+
+import faiss
+import numpy as np
+import pytest
+import torch
+
+from lfa_index import AlignedIndex, DimensionMismatchError, InvalidInputError
+from lfa_index.stores import (
+    FaissStore,
+    MissingExtraError,
+    SchemaError,
+    StoreUnavailableError,
+    VectorStore,
+    add_aligned,
+    classify,
+    search_aligned,
+    search_classes,
+    search_raw,
+    support_from_store,
+    write_prototypes,
+)
+
+pymilvus = pytest.importorskip("pymilvus", reason="needs the [milvus] extra")
+from lfa_index.stores import MilvusStore  # noqa: E402
+
+OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
+NAMES = [f"class_{i}" for i in range(12)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_threaded():
+    before = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
+def make_task(d_img=32, d_txt=24, n_classes=12, shots=4, n_queries=300, seed=0):
+    """Support images around a random linear image of their class's text prototype, plus queries."""
+    rng = np.random.default_rng(seed)
+    text = rng.standard_normal((n_classes, d_txt)).astype(np.float32)
+    mix = rng.standard_normal((d_txt, d_img)).astype(np.float32)
+    labels = np.repeat(np.arange(n_classes), shots)
+    support = text[labels] @ mix + 0.8 * rng.standard_normal((len(labels), d_img))
+    query_labels = rng.integers(0, n_classes, n_queries)
+    queries = text[query_labels] @ mix + 0.8 * rng.standard_normal((n_queries, d_img))
+    return support.astype(np.float32), labels, text, queries.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task()
+
+
+@pytest.fixture(scope="module")
+def index(task):
+    support, labels, text, _ = task
+    return AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+
+
+@pytest.fixture(scope="module")
+def milvus_uri(tmp_path_factory):
+    """One Milvus Lite database for the module (each file starts an embedded server)."""
+    return str(tmp_path_factory.mktemp("milvus") / "stores.db")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((1500, 32)).astype(np.float32), rng.standard_normal((25, 24)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------ classification
+def test_both_stores_implement_the_protocol(milvus_uri):
+    with MilvusStore(milvus_uri, "protocol_check", dim=8) as milvus:
+        assert isinstance(milvus, VectorStore)
+    assert isinstance(FaissStore(dim=8), VectorStore)
+
+
+def test_faiss_store_classification_equals_index_predict_and_search(index, task):
+    queries = task[3]
+    store = write_prototypes(index, FaissStore(dim=index.n_features_in_))
+    np.testing.assert_array_equal(classify(index, store, queries), index.predict(queries))
+    scores, labels = search_classes(index, store, queries, k=3)
+    expected_scores, expected_labels = index.search(queries, k=3)
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_milvus_prototypes_round_trip_predicts_as_the_faiss_backend(index, task, milvus_uri):
+    queries = task[3]
+    faiss_store = write_prototypes(index, FaissStore(dim=index.n_features_in_))
+    with MilvusStore(milvus_uri, "prototypes", dim=index.n_features_in_) as milvus:
+        write_prototypes(index, milvus)
+        assert milvus.count() == len(NAMES)
+        np.testing.assert_array_equal(classify(index, milvus, queries), classify(index, faiss_store, queries))
+        scores, labels = search_classes(index, milvus, queries, k=5)
+    # reopened by URI alone: the collection, its dimension and its rows persist
+    with MilvusStore(milvus_uri, "prototypes") as reopened:
+        assert reopened.dim == index.n_features_in_
+        np.testing.assert_array_equal(classify(index, reopened, queries), index.predict(queries))
+    expected_scores, expected_labels = search_classes(index, faiss_store, queries, k=5)
+    np.testing.assert_array_equal(labels, expected_labels)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_classes_added_from_text_are_scored_with_their_own_map_in_milvus(task, milvus_uri):
+    support, labels, text, queries = task
+    index = AlignedIndex(**OPTIONS).fit(support[labels < 9], labels[labels < 9], text[:9])
+    with MilvusStore(milvus_uri, "mixed_maps", dim=index.n_features_in_) as milvus:
+        write_prototypes(index, milvus)
+        index.add_classes(text[9:])
+        write_prototypes(index, milvus)  # replaces the 9 rows by 12
+        assert milvus.count() == 12
+        np.testing.assert_array_equal(classify(index, milvus, queries), index.predict(queries))
+        scores, found = search_classes(index, milvus, queries, k=4)
+    expected_scores, expected = index.search(queries, k=4)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_stale_prototypes_are_refused(index, task):
+    store = FaissStore(dim=index.n_features_in_)
+    write_prototypes(index, store)
+    store.add(np.ones((1, index.n_features_in_)), ids=[99], fields={"label": ["extra"], "mapping": ["task"]})
+    with pytest.raises(InvalidInputError, match="write_prototypes"):
+        classify(index, store, task[3])
+
+
+# ------------------------------------------------------------------------------ corpora
+def test_reindexed_corpus_in_milvus_returns_the_faiss_top_k(index, corpus, milvus_uri, tmp_path):
+    images, text_queries = corpus
+    ids = np.arange(len(images)) * 3 + 5  # arbitrary, non-consecutive ids
+    d = index.prototypes_.shape[1]
+    faiss_store = add_aligned(index, FaissStore(dim=d), images, ids)
+    with MilvusStore(milvus_uri, "corpus_aligned", dim=d) as milvus:
+        add_aligned(index, milvus, images, ids)
+        scores, found = search_aligned(index, milvus, text_queries, k=10)
+    expected_scores, expected = search_aligned(index, faiss_store, text_queries, k=10)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+    # and both equal the index's own aligned corpus
+    _, own = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    np.testing.assert_array_equal(found, own)
+
+
+def _own_corpus_search(index, images, ids, text_queries, k, path):
+    """The same index (a saved copy) with the images in its own FAISS corpus: the exact aligned search."""
+    own = AlignedIndex.load(index.save(path))
+    own.add(images, ids=ids)
+    return own.search_text(text_queries, k=k)
+
+
+def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_overfetch(index, corpus, milvus_uri, tmp_path):
+    images, text_queries = corpus
+    ids = np.arange(len(images))
+    _, exact = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    with MilvusStore(milvus_uri, "corpus_raw", dim=index.n_features_in_) as raw:
+        raw.add(images, ids=ids)
+        recall = {}
+        for overfetch in (1, 5, 20):
+            _, found = search_raw(index, raw, text_queries, k=10, overfetch=overfetch)
+            recall[overfetch] = _recall(found, exact)
+        _, full = search_raw(index, raw, text_queries, k=10, overfetch=len(images))
+    print(f"\nquery-side Milvus path, recall@10 vs exact aligned search: {recall}")
+    np.testing.assert_array_equal(full, exact)  # re-ranking every image is the exact search
+    assert recall[1] <= recall[5] <= recall[20] <= 1.0
+    assert recall[20] >= 0.9, recall
+
+
+def test_query_side_search_in_faiss_store_equals_search_unaligned(index, corpus):
+    images, text_queries = corpus
+    raw_index = faiss.IndexIDMap2(faiss.IndexFlatIP(images.shape[1]))
+    raw_index.add_with_ids(images, np.arange(len(images)))
+    store = FaissStore(dim=images.shape[1]).add(images, ids=np.arange(len(images)))
+    scores, found = search_raw(index, store, text_queries, k=10, overfetch=5)
+    expected_scores, expected = index.search_unaligned(raw_index, text_queries, k=10, overfetch=5)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def _recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(np.intersect1d(f, e)) / len(e) for f, e in zip(found, exact)]))
+
+
+# ------------------------------------------------------------------------------ support sets
+def test_support_pulled_from_milvus_by_label_fits_the_same_index(task, milvus_uri):
+    support, labels, text, queries = task
+    names = np.array(NAMES)[labels]
+    shuffled = np.random.default_rng(3).permutation(len(support))
+    with MilvusStore(milvus_uri, "labelled", dim=support.shape[1]) as store:
+        store.add(support[shuffled], ids=shuffled, fields={"label": names[shuffled]})
+        X, y = support_from_store(store, label_field="label", batch_size=7)
+    np.testing.assert_array_equal(X, support)
+    np.testing.assert_array_equal(y, names)
+    from_store = AlignedIndex(**OPTIONS).fit(X, y, text, class_names=NAMES)
+    direct = AlignedIndex(**OPTIONS).fit(support, names, text, class_names=NAMES)
+    np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
+
+
+def test_faiss_store_add_replaces_held_ids_and_filters_by_field():
+    store = FaissStore(dim=4)
+    store.add(np.eye(4), ids=[0, 1, 2, 3], fields={"label": ["a", "b", "a", "b"]})
+    store.add(-np.eye(4)[:1], ids=[0], fields={"label": ["b"]})
+    assert store.count() == 4
+    np.testing.assert_allclose(store.get([0]), -np.eye(4)[:1])
+    _, ids = store.search(np.ones((1, 4)), k=4, where={"label": "a"})
+    np.testing.assert_array_equal(ids, [[2, -1, -1, -1]])
+
+
+# ------------------------------------------------------------------------------ bad input
+def test_unreachable_milvus_names_the_uri():
+    uri = "http://127.0.0.1:9"  # discard port on loopback: nothing listens
+    with pytest.raises(StoreUnavailableError, match="127.0.0.1:9") as caught:
+        MilvusStore(uri, "anything", dim=8, timeout=5)
+    assert isinstance(caught.value, ConnectionError)
+
+
+def test_collection_of_another_dimension_is_refused(milvus_uri, index):
+    with MilvusStore(milvus_uri, "dim_16", dim=16):
+        pass
+    with pytest.raises(DimensionMismatchError, match="holds 16-d vectors"):
+        MilvusStore(milvus_uri, "dim_16", dim=32)
+    with MilvusStore(milvus_uri, "dim_16") as store, pytest.raises(DimensionMismatchError, match="dim=32"):
+        write_prototypes(index, store)
+
+
+def test_collection_without_the_embedding_field_is_a_schema_error(milvus_uri):
+    client = pymilvus.MilvusClient(milvus_uri)
+    client.create_collection("foreign", dimension=8, vector_field_name="vec", metric_type="IP")
+    client.close()
+    with pytest.raises(SchemaError, match="'vec'"):
+        MilvusStore(milvus_uri, "foreign")
+    with MilvusStore(milvus_uri, "foreign", embedding_field="vec") as store:
+        assert store.dim == 8
+
+
+def test_cosine_collection_cannot_hold_folded_prototypes(milvus_uri, index):
+    client = pymilvus.MilvusClient(milvus_uri)
+    client.create_collection("cosine", dimension=index.n_features_in_, vector_field_name="embedding", metric_type="COSINE")
+    client.close()
+    with MilvusStore(milvus_uri, "cosine") as store, pytest.raises(SchemaError, match="metric IP"):
+        write_prototypes(index, store)
+
+
+def test_support_without_the_label_field_is_a_schema_error(milvus_uri):
+    with MilvusStore(milvus_uri, "unlabelled", dim=4) as store:
+        store.add(np.eye(4), ids=np.arange(4))
+        with pytest.raises(SchemaError, match="label"):
+            support_from_store(store, label_field="label")
+    with pytest.raises(SchemaError, match="label"):
+        support_from_store(FaissStore(dim=4).add(np.eye(4), ids=np.arange(4)), label_field="label")
+
+
+def test_missing_pymilvus_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pymilvus", None)
+    with pytest.raises(MissingExtraError, match=r"lfa-index\[milvus\]"):
+        MilvusStore("vectors.db", "anything", dim=4)
