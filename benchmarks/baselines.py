@@ -17,6 +17,8 @@ choosing hyper-parameters. Features are L2-normalised inside each function.
                           logits when ``prototypes`` is given.
 ``tip_adapter``           training-free Tip-Adapter cache (Zhang et al., ECCV 2022), + zero-shot
                           logits when ``prototypes`` is given.
+``tip_adapter_cv``        same, with α and β chosen by stratified K-fold CV on the support (the
+                          paper searches them on a validation set).
 ========================  ===================================================================
 
 :data:`BASELINES` maps a name to a callable over a :class:`FewShotTask`, so a harness can run
@@ -63,6 +65,9 @@ GDA_ALPHA_ONE_SHOT = CLIP_LOGIT_SCALE
 # Tip-Adapter's published defaults (ImageNet), used unchanged: no search on eval data.
 TIP_ALPHA = 1.0
 TIP_BETA = 5.5
+# Tip-Adapter's search ranges (its configs sweep β in [1, 10] and α in [1, 10]), a coarse grid.
+TIP_ALPHAS: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)
+TIP_BETAS: tuple[float, ...] = (1.0, 2.0, 3.5, 5.5, 7.5, 10.0)
 
 
 # sklearn reads "more classes than half the rows" (every 1-shot support) as a hint of regression.
@@ -309,6 +314,51 @@ def tip_adapter(
     return np.argmax(logits, axis=1)
 
 
+def _tip_logits(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, zero_shot: np.ndarray | None,
+                alpha: float, beta: float) -> np.ndarray:
+    cache = np.exp(-beta * (1.0 - queries @ keys.T)) @ values
+    return alpha * cache if zero_shot is None else zero_shot + alpha * cache
+
+
+def select_tip_adapter(
+    X: np.ndarray, y: np.ndarray, prototypes: np.ndarray | None = None,
+    alphas: Sequence[float] = TIP_ALPHAS, betas: Sequence[float] = TIP_BETAS, random_state: int | None = 0,
+) -> tuple[float, float, np.ndarray | None]:
+    """α and β of Tip-Adapter by stratified K-fold CV on the support: ``(α, β, mean accuracy grid)``.
+
+    Without ``prototypes`` only β matters (α = 1). At 1 shot no fold can hold a class out and the
+    paper's defaults are returned. Ties: the first in grid order (small α, small β).
+    """
+    y = np.asarray(y)
+    folds = _cv_folds(y, random_state)
+    if prototypes is None:
+        alphas = (TIP_ALPHA,)
+    if folds is None:
+        return TIP_ALPHA, TIP_BETA, None
+    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    X = _unit(X)
+    scores = np.zeros((len(alphas), len(betas)))
+    for train, val in folds.split(X, y):
+        values = np.eye(n_classes, dtype=np.float32)[y[train]]
+        zs = None if prototypes is None else CLIP_LOGIT_SCALE * X[val] @ _unit(prototypes).T
+        for i, alpha in enumerate(alphas):
+            for j, beta in enumerate(betas):
+                logits = _tip_logits(X[train], values, X[val], zs, alpha, beta)
+                scores[i, j] += np.mean(np.argmax(logits, axis=1) == y[val])
+    scores /= folds.get_n_splits()
+    i, j = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    return float(alphas[i]), float(betas[j]), scores
+
+
+def tip_adapter_cv(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
+    random_state: int | None = 0,
+) -> np.ndarray:
+    """:func:`tip_adapter` with α and β from :func:`select_tip_adapter`."""
+    alpha, beta, _ = select_tip_adapter(X, y, prototypes, random_state=random_state)
+    return tip_adapter(X, y, X_eval, prototypes, alpha=alpha, beta=beta)
+
+
 # ---------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class FewShotTask:
@@ -336,6 +386,7 @@ BASELINES: dict[str, Callable[[FewShotTask], np.ndarray]] = {
     "beta_procrustes": lambda t: beta_procrustes_only(t.X, t.y, t.prototypes, t.X_eval, random_state=t.seed),
     "gda": lambda t: gda(t.X, t.y, t.X_eval, t.text_prototypes, random_state=t.seed),
     "tip_adapter": lambda t: tip_adapter(t.X, t.y, t.X_eval, t.text_prototypes),
+    "tip_adapter_cv": lambda t: tip_adapter_cv(t.X, t.y, t.X_eval, t.text_prototypes, random_state=t.seed),
 }
 """Name → callable(task) → eval predictions. ``zero_shot`` needs ``task.same_model``."""
 

@@ -64,8 +64,8 @@ class ClassifyBatch:
     """Ray Data callable class: loads an AlignedIndex once per actor and classifies pyarrow batches.
 
     Each output batch holds ``id_column`` (when given), ``keep_columns``, ``label_column`` (the
-    predicted class: int64, or string for named classes), ``score_column`` (aligned cosine, float32)
-    and, when ``aligned_column`` is set, the aligned embedding ``normalize(x G)`` as a
+    predicted class: int64, or string for named classes), ``score_column`` (aligned score, the cosine unless the classifier has class biases; float32)
+    and, when ``aligned_column`` is set, the aligned embedding ``index.transform(x)`` as a
     ``fixed_size_list<float32>``. It also runs outside Ray: ``ClassifyBatch(path)(table)``.
 
     Parameters
@@ -110,7 +110,8 @@ class ClassifyBatch:
         self.aligned_column = aligned_column
         self.keep_columns = tuple(keep_columns)
         self.reject_below = reject_below
-        self._aligned_map = self.index.query_transform(self.index.corpus_mapping) if aligned_column else None
+        self._aligned = aligned_column is not None
+        self._aligned_dim = int(self.index.prototypes_.shape[1])
 
     def __call__(self, batch: Any) -> Any:
         pa = import_extra("pyarrow", "distributed")
@@ -127,9 +128,8 @@ class ClassifyBatch:
         label_type = pa.string() if self.index.label_space_ == "name" else pa.int64()
         columns[self.label_column] = pa.array(labels.tolist() if labels.dtype == object else labels, type=label_type)
         columns[self.score_column] = pa.array(scores.astype(np.float32))
-        if self._aligned_map is not None:
-            z = x @ self._aligned_map
-            z /= np.linalg.norm(z, axis=1, keepdims=True)
+        if self._aligned:
+            z = self.index.transform(x, self.index.corpus_mapping) if len(x) else np.empty((0, self._aligned_dim), np.float32)
             columns[self.aligned_column] = pa.FixedSizeListArray.from_arrays(pa.array(z.ravel(), pa.float32()), z.shape[1])
         return pa.table(columns)
 

@@ -6,6 +6,12 @@ the prototypes folded with the query map ``G = Rᵀ W`` (``R`` the image-side pr
 and the norm ``||x G||`` is computed only where cosines or probabilities are asked for.
 Classes added later from text alone are scored with the base-to-new map ``W_tt`` (paper §4.5).
 
+When the LFA classifier has class biases ``b`` or centred rows (``z = x̂ G + o`` with
+``o = −μ W``), the folded vectors gain one coordinate, ``[q Gᵀ, q·o + b]``, and the queries get
+their norm as a trailing coordinate: ``[x, ||x||]·[q Gᵀ, q·o + b] = ||x||(z·q + b)``, the LFA score
+times a positive per-query factor, so the search stays one exact inner-product search with no
+division pass (:meth:`AlignedIndex.prepare_queries` builds such queries for any store).
+
 Example
 -------
 >>> index = AlignedIndex(steps=50, random_state=0).fit(img_emb, labels, text_emb, class_names)
@@ -77,9 +83,15 @@ class _ClassGroup:
 
     mapping: str  # "task" for fitted classes, "tt" for classes added from text (paper §4.5)
     positions: np.ndarray  # (c,) int64 positions of these classes in classes_
-    folded: np.ndarray  # (c, d_in) float32 prototypes folded with the query map
-    query_map: np.ndarray  # (d_in, d) float32 G, so that the aligned query is normalize(x @ G)
+    folded: np.ndarray  # (c, d_in) or, with biases, (c, d_in + 1) float32 folded class vectors
+    query_map: np.ndarray  # (d_in, d) float32 G, so that the aligned query is normalize(x̂ @ G + o)
     index: faiss.Index
+    offset: np.ndarray | None = None  # (d,) float32 o = −μ W with centring, else None
+
+    @property
+    def augmented(self) -> bool:
+        """Whether queries get their norm as a trailing coordinate (class biases or centring)."""
+        return self.folded.shape[1] == self.query_map.shape[0] + 1
 
 
 @dataclass(frozen=True)
@@ -92,11 +104,12 @@ class _ClassState:
 
 @dataclass
 class _Corpus:
-    index: faiss.Index  # IndexIDMap2 over normalize(x @ query_map)
+    index: faiss.Index  # IndexIDMap2 over normalize(x̂ @ query_map + query_offset)
     query_map: np.ndarray  # (d_in, d), frozen at the first add
     mapping: str
     ids: np.ndarray  # sorted int64 ids held
     next_id: int
+    query_offset: np.ndarray | None = None  # (d,) with centring, frozen at the first add
 
 
 class _ReadWriteLock:
@@ -165,7 +178,9 @@ class AlignedIndex:
     unknown_label_ : int or None      label that ``predict(reject_below=τ)`` returns for rejected
                                       queries: -1 for integer labels, None for names.
     is_new_class_ : ndarray (C,) bool classes added by :meth:`add_classes` without support images.
-    prototypes_ : ndarray (C, d)      L2-normalised prototypes in the aligned space.
+    prototypes_ : ndarray (C, d)      class vectors in the aligned space (L2-normalised text
+                                      prototypes, or LFA's hybrid prototypes for fitted classes).
+    intercept_ : ndarray (C,)         class biases (LFA's ``intercept_``; 0 for classes from text).
     text_embeddings_ : ndarray (C, d_txt)       the prototypes as given.
     support_embeddings_, support_labels_ : the support set seen so far (for :meth:`partial_fit`).
     n_features_in_ : int              image embedding dimension d_in.
@@ -279,6 +294,7 @@ class AlignedIndex:
             self.unknown_label_ = None if space == "name" else -1
             self.text_embeddings_ = text
             self.prototypes_ = np.asarray(lfa.prototypes_, dtype=np.float32)
+            self.intercept_ = np.asarray(lfa.intercept_, dtype=np.float32)
             self.is_new_class_ = np.zeros(len(text), dtype=bool)
             self.support_embeddings_ = support
             self.support_labels_ = None if y is None else np.asarray(y, dtype=np.int64)
@@ -321,6 +337,7 @@ class AlignedIndex:
                 is_new[np.unique(all_y)] = False
             self.lfa_ = lfa
             self.prototypes_ = np.asarray(lfa.prototypes_, dtype=np.float32)
+            self.intercept_ = np.where(is_new, 0.0, np.asarray(lfa.intercept_)).astype(np.float32)
             self.is_new_class_ = is_new
             self.support_embeddings_ = all_support
             self.support_labels_ = all_y
@@ -360,6 +377,7 @@ class AlignedIndex:
                 self.class_names_ = self.class_names_ + new_names
             self.text_embeddings_ = np.concatenate([self.text_embeddings_, text])
             self.prototypes_ = np.concatenate([self.prototypes_, prototypes])
+            self.intercept_ = np.concatenate([self.intercept_, np.zeros(len(text), dtype=np.float32)])
             self.is_new_class_ = np.concatenate([self.is_new_class_, np.ones(len(text), dtype=bool)])
             self._publish_classes()
         return self
@@ -370,9 +388,10 @@ class AlignedIndex:
             positions = np.flatnonzero(mask).astype(np.int64)
             if not len(positions):
                 continue
-            query_map = self._query_map(mapping)
-            folded = np.ascontiguousarray(self.prototypes_[positions] @ query_map.T, dtype=np.float32)
-            groups.append(_ClassGroup(mapping, positions, folded, query_map, self._flat_index(folded)))
+            query_map, offset = self._query_map(mapping), self._query_offset(mapping)
+            bias = self.intercept_[positions] if mapping == "task" else np.zeros(len(positions), dtype=np.float32)
+            folded = _fold(self.prototypes_[positions], query_map, offset, bias)
+            groups.append(_ClassGroup(mapping, positions, folded, query_map, self._flat_index(folded), offset))
         self._state = _ClassState(classes=self.classes_.copy(), groups=tuple(groups))
 
     def _flat_index(self, vectors: np.ndarray) -> faiss.Index:
@@ -381,12 +400,22 @@ class AlignedIndex:
         return self._to_device(index)
 
     def _query_map(self, mapping: str) -> np.ndarray:
-        w = {"task": self.lfa_.W_, "tt": self.lfa_.W_tt_, "average": self.lfa_.W_avg_}[mapping]
-        w = np.asarray(w, dtype=np.float32)
+        w = np.asarray(self._lfa_map(mapping), dtype=np.float32)
         if self.lfa_.projection_side_ == "image":
             # normalize(normalize(x Rᵀ) W) = normalize(x Rᵀ W): fold the projection into the map
+            # (exact with an offset too: LFA only centres when R is an isometry, ||x̂ Rᵀ|| = 1)
             w = np.asarray(self.lfa_.projection_, dtype=np.float32).T @ w
         return np.ascontiguousarray(w)
+
+    def _lfa_map(self, mapping: str) -> np.ndarray:
+        return {"task": self.lfa_.W_, "tt": self.lfa_.W_tt_, "average": self.lfa_.W_avg_}[mapping]
+
+    def _query_offset(self, mapping: str) -> np.ndarray | None:
+        """``o = −μ W`` of the map when the LFA centres its rows, else None."""
+        if not getattr(self.lfa_, "center_", False):
+            return None
+        mean = np.asarray(self.lfa_.feature_mean_, dtype=np.float64)
+        return np.ascontiguousarray(-(mean @ np.asarray(self._lfa_map(mapping), dtype=np.float64)), dtype=np.float32)
 
     # ------------------------------------------------------------------ classification
     def predict(self, X: Any, reject_below: float | None = None) -> np.ndarray:
@@ -403,7 +432,7 @@ class AlignedIndex:
         x = self._check_queries(X)
         if reject_below is None and len(state.groups) == 1:
             group = state.groups[0]
-            _, nearest = self._search_index(group.index, x, 1)
+            _, nearest = self._search_index(group.index, _group_queries(group, x), 1)
             return state.classes[group.positions[nearest[:, 0]]]
         if reject_below is not None:
             check_number(reject_below, "reject_below", low=-1.0, high=1.0)
@@ -438,7 +467,7 @@ class AlignedIndex:
         x = self._check_queries(X)
         out = np.empty((len(x), len(state.classes)), dtype=np.float32)
         for group in state.groups:
-            out[:, group.positions] = (x @ group.folded.T) / _row_norms(x, group.query_map)[:, None]
+            out[:, group.positions] = (_group_queries(group, x) @ group.folded.T) / _group_norms(group, x)[:, None]
         return out
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -471,8 +500,8 @@ class AlignedIndex:
         k = min(k, len(state.classes))
         scores, positions = [], []
         for group in state.groups:
-            raw, nearest = self._search_index(group.index, x, min(k, len(group.positions)))
-            scores.append(raw / _row_norms(x, group.query_map)[:, None])
+            raw, nearest = self._search_index(group.index, _group_queries(group, x), min(k, len(group.positions)))
+            scores.append(raw / _group_norms(group, x)[:, None])
             positions.append(group.positions[nearest])
         if len(scores) == 1:
             return scores[0], positions[0]
@@ -485,24 +514,84 @@ class AlignedIndex:
         """Prototypes folded with the query map, (C, d_in): ``argmax_c x·p_c`` over raw queries
         ``x`` is the aligned classification, in any inner-product store.
 
+        When the classifier has class biases or centred rows (:attr:`augmented_`), the rows are
+        (C, d_in + 1), the last coordinate holding each class's bias, and the queries are
+        ``prepare_queries(x)`` (``[x, ||x||]``); the ranking stays exact.
+
         "auto" folds each class with its own map (W for fitted classes, W_tt for added ones); the
         ranking is exact when all classes share one map, so pass a single map to mix them.
 
         Example
         -------
-        >>> store.add(index.aligned_prototypes()); store.search(raw_queries, 1)
+        >>> store.add(index.aligned_prototypes()); store.search(index.prepare_queries(raw_queries), 1)
         """
         self._check_fitted()
         check_choice(mapping, "mapping", ("auto",) + _MAPPINGS)
         if mapping == "auto":
-            out = np.empty((len(self.classes_), self.n_features_in_), dtype=np.float32)
-            for group in self._classes_state().groups:
-                out[group.positions] = group.folded
+            state = self._classes_state()
+            width = self.n_features_in_ + int(self.augmented_)
+            out = np.zeros((len(self.classes_), width), dtype=np.float32)
+            for group in state.groups:
+                out[group.positions, : group.folded.shape[1]] = group.folded
             return out
-        return np.ascontiguousarray(self.prototypes_ @ self._query_map(mapping).T, dtype=np.float32)
+        folded = _fold(self.prototypes_, self._query_map(mapping), self._query_offset(mapping), self.intercept_)
+        if self.augmented_ and folded.shape[1] == self.n_features_in_:
+            folded = np.hstack([folded, np.zeros((len(folded), 1), dtype=np.float32)])
+        return folded
+
+    @property
+    def augmented_(self) -> bool:
+        """Whether stored class vectors carry a bias coordinate (queries: :meth:`prepare_queries`)."""
+        return any(group.augmented for group in self._classes_state().groups)
+
+    def prepare_queries(self, X: Any) -> np.ndarray:
+        """Raw queries as :meth:`aligned_prototypes` expects them: float32 (n, d_in), or, when
+        :attr:`augmented_`, ``[x, ||x||]`` (n, d_in + 1) — it ranks as ``[x̂, 1]``.
+
+        Example
+        -------
+        >>> store.search(index.prepare_queries(Q), 1)   # == index.predict(Q)
+        """
+        x = self._check_queries(X)
+        return _augment(x) if self.augmented_ else x
+
+    def query_norms(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
+        """``||x G + ||x|| o||`` (n,): dividing the inner products of :meth:`prepare_queries` rows
+        with :meth:`aligned_prototypes` by it gives the aligned scores of :meth:`decision_function`."""
+        self._check_fitted()
+        check_choice(mapping, "mapping", _MAPPINGS)
+        x = self._check_queries(X)
+        return _row_norms(x, self._query_map(mapping), self._query_offset(mapping))
+
+    def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
+        """Aligned, L2-normalised image embeddings (n, d) of raw rows, ``normalize(x̂ @ G + o)``:
+        what :meth:`add` stores in the corpus (with ``mapping=corpus_mapping``) and what any
+        store of aligned vectors should hold.
+
+        Example
+        -------
+        >>> store.add(index.transform(images), ids)
+        """
+        self._check_fitted()
+        check_choice(mapping, "mapping", _MAPPINGS)
+        x = self._check_queries(X)
+        query_map, offset = self._query_map(mapping), self._query_offset(mapping)
+        out = np.empty((len(x), query_map.shape[1]), dtype=np.float32)
+        for start in range(0, len(x), _CHUNK):
+            out[start : start + _CHUNK] = _align(x[start : start + _CHUNK], query_map, offset)
+        return out
+
+    def query_offset(self, mapping: Mapping = "task") -> np.ndarray:
+        """The offset o, (d,), of the affine query map: the aligned query is ``normalize(x̂ @ G + o)``
+        (``x̂`` the L2-normalised query). Zero unless the LFA centres its rows."""
+        self._check_fitted()
+        check_choice(mapping, "mapping", _MAPPINGS)
+        offset = self._query_offset(mapping)
+        return np.zeros(self._query_map(mapping).shape[1], dtype=np.float32) if offset is None else offset.copy()
 
     def query_transform(self, mapping: Mapping = "task") -> np.ndarray:
-        """The query map G, (d_in, d): the aligned embedding of ``x`` is ``normalize(x @ G)``.
+        """The query map G, (d_in, d): the aligned embedding of ``x`` is ``normalize(x @ G)``
+        (``normalize(x̂ @ G + o)`` when the LFA centres its rows, see :meth:`query_offset`).
 
         G is W, with the image-side random projection folded in when there is one.
         """
@@ -513,15 +602,19 @@ class AlignedIndex:
     def query_linear_transform(self, mapping: Mapping = "task") -> faiss.LinearTransform:
         """The query map as a ``faiss.LinearTransform`` (d_in -> d), for ``faiss.IndexPreTransform``.
 
-        Chain it with ``faiss.NormalizationTransform(d)`` to get aligned, normalised vectors.
+        Chain it with ``faiss.NormalizationTransform(d)`` to get aligned, normalised vectors. With
+        centring it is affine (``x @ G + o``, FAISS's bias) and expects L2-normalised queries.
 
         Example
         -------
         >>> chain = faiss.IndexPreTransform(index.query_linear_transform(), faiss.IndexFlatIP(d))
         """
         g = self.query_transform(mapping)
-        transform = faiss.LinearTransform(g.shape[0], g.shape[1], False)
+        offset = self._query_offset(mapping)
+        transform = faiss.LinearTransform(g.shape[0], g.shape[1], offset is not None)
         faiss.copy_array_to_vector(np.ascontiguousarray(g.T).ravel(), transform.A)
+        if offset is not None:
+            faiss.copy_array_to_vector(np.ascontiguousarray(offset, dtype=np.float32), transform.b)
         transform.is_trained = True
         return transform
 
@@ -550,7 +643,7 @@ class AlignedIndex:
             if not corpus.index.is_trained:
                 self._train_corpus(corpus, x)
             for start in range(0, len(x), _CHUNK):
-                chunk = _align(x[start : start + _CHUNK], corpus.query_map)
+                chunk = _align(x[start : start + _CHUNK], corpus.query_map, corpus.query_offset)
                 with self._gpu_guard():
                     corpus.index.add_with_ids(chunk, new_ids[start : start + _CHUNK])
             corpus.ids = np.union1d(corpus.ids, new_ids)
@@ -563,7 +656,8 @@ class AlignedIndex:
         index = faiss.index_factory(query_map.shape[1], "IDMap2," + self.corpus_factory, faiss.METRIC_INNER_PRODUCT)
         index = self._to_device(index)
         self._apply_corpus_params(index)
-        return _Corpus(index, query_map, self.corpus_mapping, np.empty(0, dtype=np.int64), 0)
+        return _Corpus(index, query_map, self.corpus_mapping, np.empty(0, dtype=np.int64), 0,
+                       self._query_offset(self.corpus_mapping))
 
     def _apply_corpus_params(self, index: faiss.Index) -> None:
         if self.corpus_params is None:
@@ -586,7 +680,7 @@ class AlignedIndex:
             x = x[np.sort(np.random.default_rng(0).choice(len(x), limit, replace=False))]
         sample = np.empty((len(x), corpus.query_map.shape[1]), dtype=np.float32)
         for start in range(0, len(x), _CHUNK):
-            sample[start : start + _CHUNK] = _align(x[start : start + _CHUNK], corpus.query_map)
+            sample[start : start + _CHUNK] = _align(x[start : start + _CHUNK], corpus.query_map, corpus.query_offset)
         try:
             with self._gpu_guard():
                 corpus.index.train(sample)
@@ -623,7 +717,7 @@ class AlignedIndex:
         corpus = self._corpus
         if corpus is None:
             raise EmptyIndexError("the aligned corpus is empty: call add(img_emb) before search_corpus().")
-        return self._search_corpus(_align(x, corpus.query_map), int(k), "search_corpus")
+        return self._search_corpus(_align(x, corpus.query_map, corpus.query_offset), int(k), "search_corpus")
 
     def _search_corpus(self, queries: np.ndarray, k: int, caller: str) -> tuple[np.ndarray, np.ndarray]:
         with self._corpus_lock.read():
@@ -675,7 +769,7 @@ class AlignedIndex:
         valid = candidates >= 0
         unique_ids = np.unique(candidates[valid])
         if len(unique_ids):
-            aligned = _align(_reconstruct(index, unique_ids, store), query_map)
+            aligned = _align(_reconstruct(index, unique_ids, store), query_map, self._query_offset(self.corpus_mapping))
             rows, cols = np.nonzero(valid)
             slots = np.searchsorted(unique_ids, candidates[rows, cols])
             for s in range(0, len(rows), _CHUNK):
@@ -717,11 +811,14 @@ class AlignedIndex:
             arrays = {
                 "W": lfa.W_, "W_tt": lfa.W_tt_, "W_avg": lfa.W_avg_, "lfa_prototypes": lfa.prototypes_,
                 "text_embeddings": self.text_embeddings_, "prototypes": self.prototypes_,
+                "intercept": self.intercept_, "lfa_intercept": lfa.intercept_,
+                "lfa_text_prototypes": lfa.text_prototypes_, "lfa_feature_mean": lfa.feature_mean_,
                 "is_new_class": self.is_new_class_.astype(np.uint8), "support_embeddings": self.support_embeddings_,
             }
             optional = {
                 "projection": lfa.projection_, "assignments": getattr(lfa, "assignments_", None),
                 "beta_scores": getattr(lfa, "beta_scores_", None), "support_labels": self.support_labels_,
+                "lfa_refined_prototypes": getattr(lfa, "refined_prototypes_", None),
             }
             arrays.update({k: np.asarray(v) for k, v in optional.items() if v is not None})
             for group in self._state.groups:
@@ -731,6 +828,8 @@ class AlignedIndex:
             corpus_doc = None
             if corpus is not None:
                 arrays["corpus_query_map"] = corpus.query_map
+                if corpus.query_offset is not None:
+                    arrays["corpus_query_offset"] = corpus.query_offset
                 indexes[_CORPUS_FILE] = self._to_cpu(corpus.index)
                 corpus_doc = {"mapping": corpus.mapping, "next_id": corpus.next_id}
             params = {
@@ -749,6 +848,10 @@ class AlignedIndex:
                     "loss_curve": _jsonable(getattr(lfa, "loss_curve_", None)),
                     "hubness_init": _jsonable(getattr(lfa, "hubness_init_", None)),
                     "hubness": _jsonable(getattr(lfa, "hubness_", None)),
+                    "projection_kind": getattr(lfa, "projection_kind_", None),
+                    "center": bool(lfa.center_), "prototype_mix": float(lfa.prototype_mix_),
+                    "refine_prototypes": bool(lfa.refine_prototypes_), "mapping": lfa.mapping_,
+                    "selection": _jsonable(getattr(lfa, "selection_", None)),
                 },
                 "corpus": corpus_doc,
             }
@@ -789,6 +892,7 @@ class AlignedIndex:
             index.text_embeddings_ = arr["text_embeddings"]
             index.prototypes_ = arr["prototypes"]
             index.is_new_class_ = arr["is_new_class"].astype(bool)
+            index.intercept_ = arr.get("intercept", np.zeros(len(index.prototypes_), dtype=np.float32))
             index.support_embeddings_ = arr["support_embeddings"]
             index.support_labels_ = arr.get("support_labels")
             index.n_features_in_ = int(index.lfa_.n_features_in_)
@@ -799,7 +903,7 @@ class AlignedIndex:
                 ids = np.sort(faiss.vector_to_array(faiss.downcast_index(indexes[_CORPUS_FILE]).id_map))
                 index._corpus = _Corpus(
                     corpus_index, arr["corpus_query_map"], doc["corpus"]["mapping"], ids.astype(np.int64),
-                    int(doc["corpus"]["next_id"]),
+                    int(doc["corpus"]["next_id"]), arr.get("corpus_query_offset"),
                 )
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             if isinstance(err, LFAIndexError):
@@ -816,7 +920,8 @@ class AlignedIndex:
             positions = np.flatnonzero(mask).astype(np.int64)
             if len(positions):
                 folded = arrays[f"folded_{mapping}"]
-                groups.append(_ClassGroup(mapping, positions, folded, self._query_map(mapping), self._flat_index(folded)))
+                groups.append(_ClassGroup(mapping, positions, folded, self._query_map(mapping), self._flat_index(folded),
+                                          self._query_offset(mapping)))
         self._state = _ClassState(classes=self.classes_.copy(), groups=tuple(groups))
 
     # ------------------------------------------------------------------ plumbing
@@ -923,16 +1028,58 @@ def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False)
     return arr
 
 
-def _row_norms(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
+def _row_norms(x: np.ndarray, query_map: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+    """``||x G + ||x|| o||`` row by row (= ``||x||·||x̂ G + o||``; ``||x G||`` without an offset)."""
     out = np.empty(len(x), dtype=np.float32)
     for start in range(0, len(x), _CHUNK):
-        out[start : start + _CHUNK] = np.linalg.norm(x[start : start + _CHUNK] @ query_map, axis=1)
+        chunk = x[start : start + _CHUNK]
+        z = chunk @ query_map
+        if offset is not None:
+            z += _norms(chunk)[:, None] * offset
+        out[start : start + _CHUNK] = np.linalg.norm(z, axis=1)
     return out
 
 
-def _align(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
-    """``normalize(x @ G)`` row by row (float32, C-contiguous)."""
-    z = x @ query_map
+def _norms(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.einsum("ij,ij->i", x, x))
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+
+
+def _augment(x: np.ndarray) -> np.ndarray:
+    """``[x, ||x||]`` (float32, C-contiguous): ranks as ``[x̂, 1]`` without a division pass."""
+    out = np.empty((len(x), x.shape[1] + 1), dtype=np.float32)
+    out[:, :-1] = x
+    out[:, -1] = _norms(x)
+    return out
+
+
+def _fold(prototypes: np.ndarray, query_map: np.ndarray, offset: np.ndarray | None, bias: np.ndarray) -> np.ndarray:
+    """Class vectors folded into the raw query space: ``q Gᵀ`` (c, d_in), or ``[q Gᵀ, q·o + b]``
+    (c, d_in + 1) when there is an offset or a nonzero bias."""
+    folded = np.asarray(prototypes, dtype=np.float64) @ np.asarray(query_map, dtype=np.float64).T
+    bias = np.asarray(bias, dtype=np.float64)
+    if offset is not None:
+        bias = bias + np.asarray(prototypes, dtype=np.float64) @ np.asarray(offset, dtype=np.float64)
+    elif not bias.any():
+        return np.ascontiguousarray(np.asarray(prototypes, dtype=np.float32) @ query_map.T, dtype=np.float32)
+    return np.ascontiguousarray(np.hstack([folded, bias[:, None]]), dtype=np.float32)
+
+
+def _group_queries(group: _ClassGroup, x: np.ndarray) -> np.ndarray:
+    return _augment(x) if group.augmented else x
+
+
+def _group_norms(group: _ClassGroup, x: np.ndarray) -> np.ndarray:
+    return _row_norms(x, group.query_map, group.offset)
+
+
+def _align(x: np.ndarray, query_map: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+    """``normalize(x @ G)`` row by row, or ``normalize(x̂ @ G + o)`` with an offset (float32, C-contiguous)."""
+    z = x @ query_map if offset is None else _unit_rows(x) @ query_map + offset
     norms = np.linalg.norm(z, axis=1, keepdims=True)
     np.divide(z, norms, out=z, where=norms > 0)
     return np.ascontiguousarray(z, dtype=np.float32)
@@ -1031,6 +1178,17 @@ def _restore_lfa(options: dict[str, Any], fitted: dict[str, Any], arrays: dict[s
     lfa = LFA(**options)
     lfa.W_, lfa.W_tt_, lfa.W_avg_ = arrays["W"], arrays["W_tt"], arrays["W_avg"]
     lfa.prototypes_ = arrays["lfa_prototypes"]
+    # format version 1 (before the options) holds the paper's classifier: text prototypes, no bias
+    lfa.text_prototypes_ = arrays.get("lfa_text_prototypes", lfa.prototypes_)
+    lfa.intercept_ = arrays.get("lfa_intercept", np.zeros(len(lfa.prototypes_), dtype=np.float32))
+    lfa.feature_mean_ = arrays.get("lfa_feature_mean", np.zeros(lfa.W_.shape[0], dtype=np.float32))
+    lfa.refined_prototypes_ = arrays.get("lfa_refined_prototypes")
+    lfa.projection_kind_ = fitted.get("projection_kind", "shrink" if fitted["projection_side"] else None)
+    lfa.center_ = bool(fitted.get("center", False))
+    lfa.prototype_mix_ = float(fitted.get("prototype_mix", 0.0))
+    lfa.refine_prototypes_ = bool(fitted.get("refine_prototypes", False))
+    lfa.mapping_ = fitted.get("mapping", "task")
+    lfa.selection_ = fitted.get("selection")
     lfa.projection_ = arrays.get("projection")
     lfa.projection_side_ = fitted["projection_side"]
     lfa.classes_ = np.arange(fitted["n_classes"])

@@ -31,7 +31,7 @@ from safetensors.numpy import load_file, save_file
 from .core.errors import LFAIndexError
 
 FORMAT_NAME = "lfa-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: class biases, centring, hybrid and text prototypes (1 still loads)
 MANIFEST = "manifest.json"
 _SUFFIXES = {".json": "json", ".safetensors": "safetensors", ".faiss": "faiss"}
 

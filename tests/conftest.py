@@ -10,6 +10,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+@pytest.fixture(scope="module")
+def single_threaded():
+    """One FAISS and one torch thread for a module of tiny problems: on 2 shared cores OpenMP
+    barriers stall whenever another process holds a core. Use with
+    ``pytestmark = pytest.mark.usefixtures("single_threaded")``."""
+    import faiss
+
+    before = faiss.omp_get_max_threads(), torch.get_num_threads()
+    faiss.omp_set_num_threads(1)
+    torch.set_num_threads(1)
+    yield
+    faiss.omp_set_num_threads(before[0])
+    torch.set_num_threads(before[1])
+
+
 @pytest.fixture
 def planted():
     from synthetic import planted_gap_problem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def test_knn_uses_at_most_sixteen_neighbours_and_one_at_one_shot():
 def test_beta_procrustes_baseline_picks_the_same_beta_and_projection_as_lfa(proto_dim):
     X, y, X_eval, y_eval, protos = planted_problem(shots=5, noise=0.2, proto_dim=proto_dim)
     fitted = bl.fit_beta_procrustes(X, y, protos, random_state=3)
-    lfa = LFA(random_state=3, steps=1, device="cpu").fit(X, y, protos)
+    lfa = LFA.paper(random_state=3, steps=1, device="cpu").fit(X, y, protos)
     assert fitted.beta == lfa.beta_
     np.testing.assert_allclose(fitted.beta_scores, lfa.beta_scores_)
     if proto_dim != DIM:
@@ -133,3 +134,32 @@ def test_real_dtd_set_loads_normalised_and_the_quick_benchmark_writes_its_table(
     accuracy.main(["--quick", "--shots", "4", "--methods", "nearest_class_mean", "lfa",
                    "--out-dir", str(tmp_path)])
     assert (tmp_path / "accuracy_quick.json").exists() and "LFA" in (tmp_path / "accuracy_quick.md").read_text()
+
+
+def test_results_of_disjoint_runs_merge_into_one_table_and_overlaps_are_refused(tmp_path):
+    from benchmarks import accuracy
+
+    def part(name, sets):
+        records = []
+        for s in sets:
+            for method in ("gda", "lfa_paper", "lfa"):
+                record = {"set": s, "shots": 4, "seed": 1, "method": method, "accuracy": 0.5, "seconds": 1.0,
+                          "same_model": False}
+                if method != "gda":
+                    record.update(fit_seconds=1.0, beta=0.5, steps=25, projection="widen", center=False,
+                                  prototype_mix=0.0, refine_prototypes=False, mapping="task", selection=None)
+                records.append(record)
+        meta = {"command": f"run {name}", "seeds": [1], "threads": 1, "runtime_s": 60.0, "json_name": f"{name}.json",
+                "core": {"git_head": "0" * 40, "lfa_index_locally_modified": False, "core_sha256": "x"},
+                "sets": {s: {"description": s} for s in sets}}
+        accuracy.save(records, meta, tmp_path, name)
+
+    part("a", ["dtd"])
+    part("b", ["caltech101", "ag_news"])
+    accuracy.main(["--merge", "a", "b", "--out-dir", str(tmp_path), "--name", "merged"])
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert len(merged["records"]) == 9 and set(merged["summary"]) == {"dtd", "caltech101", "ag_news"}
+    assert merged["meta"]["merged_from"] == ["a.json", "b.json"]
+    assert "caltech101" in (tmp_path / "merged.md").read_text()
+    with pytest.raises(SystemExit, match="share"):
+        accuracy.main(["--merge", "a", "a", "--out-dir", str(tmp_path), "--name", "twice"])

@@ -7,10 +7,8 @@ import io
 import json
 import os
 
-import faiss
 import numpy as np
 import pytest
-import torch
 
 from lfa_index import AlignedIndex
 from lfa_index import cli
@@ -23,15 +21,7 @@ N_CLASSES, DIM = 5, 16
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """Tiny problems: one FAISS and one torch thread avoid OpenMP stalls on shared cores."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-import faiss
 import numpy as np
 import pytest
-import torch
 
 from lfa_index import AlignedIndex, DimensionMismatchError, InvalidParameterError
 from lfa_index.distributed import BatchReport, ClassifyBatch, RowCountError, check_output, classify_parquet
@@ -24,14 +22,7 @@ N_ROWS, D_IMG, D_TXT = 12000, 32, 24
 FAILING_ID = 73210  # the batch holding this row raises once
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 @pytest.fixture(scope="module")

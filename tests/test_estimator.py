@@ -72,11 +72,27 @@ def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, 
         protos = protos[:, :text_dim]
     else:
         x, xt = x[:, :image_dim], xt[:, :image_dim]
-    lfa = LFA(steps=20, random_state=11).fit(x, y, protos)
-    assert lfa.projection_side_ == side
+    lfa = LFA(steps=20, random_state=11, projection="shrink").fit(x, y, protos)
+    assert lfa.projection_side_ == side and lfa.projection_kind_ == "shrink"
     assert lfa.projection_.shape == (min(image_dim, text_dim), max(image_dim, text_dim))
     assert lfa.W_.shape == (min(image_dim, text_dim),) * 2
     np.testing.assert_array_equal(lfa.projection_, random_projection_matrix(max(image_dim, text_dim), min(image_dim, text_dim), 11))
+    assert lfa.predict(xt).shape == (len(xt),)
+
+
+@pytest.mark.parametrize("image_dim,text_dim,side", [(48, 32, "text"), (32, 48, "image")])
+def test_widening_embeds_the_narrower_side_isometrically_and_keeps_every_dimension(image_dim, text_dim, side):
+    x, y, protos, xt, yt = planted_gap_problem(d=max(image_dim, text_dim), n_test=10, seed=5)
+    if image_dim > text_dim:
+        protos = protos[:, :text_dim]
+    else:
+        x, xt = x[:, :image_dim], xt[:, :image_dim]
+    lfa = LFA(steps=20, random_state=11).fit(x, y, protos)  # projection="auto" widens
+    assert lfa.projection_side_ == side and lfa.projection_kind_ == "widen"
+    assert lfa.W_.shape == (max(image_dim, text_dim),) * 2
+    embedding = lfa.projection_
+    assert embedding.shape == (max(image_dim, text_dim), min(image_dim, text_dim))
+    np.testing.assert_allclose(embedding.T @ embedding, np.eye(min(image_dim, text_dim)), atol=1e-5)
     assert lfa.predict(xt).shape == (len(xt),)
 
 

@@ -7,7 +7,6 @@ import threading
 import faiss
 import numpy as np
 import pytest
-import torch
 
 import lfa_index.index as index_module
 from lfa_index import LFA, AlignedIndex
@@ -15,16 +14,7 @@ from lfa_index import LFA, AlignedIndex
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
-    barriers stall whenever another process holds a core."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 def make_task(d_img=32, d_txt=32, n_classes=12, shots=4, seed=0):
@@ -39,16 +29,21 @@ def make_task(d_img=32, d_txt=32, n_classes=12, shots=4, seed=0):
     return support.astype(np.float32), labels, text, queries.astype(np.float32), query_labels
 
 
-def reference_cosines(lfa: LFA, x: np.ndarray, prototypes: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """normalize(proj(normalize(x)) W) · Yᵀ in float64, written out from the paper's definition."""
+def reference_cosines(lfa: LFA, x: np.ndarray, prototypes: np.ndarray, w: np.ndarray, intercept=None) -> np.ndarray:
+    """``(z·q + b)/||z||`` with ``z = (proj(normalize(x)) − μ) W`` in float64, written out from the
+    definition (the paper's aligned cosine when there is no centring and no bias)."""
     x = x.astype(np.float64)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     if lfa.projection_side_ == "image":
         x = x @ lfa.projection_.astype(np.float64).T
         x /= np.linalg.norm(x, axis=1, keepdims=True)
+    if lfa.center_:
+        x = x - lfa.feature_mean_.astype(np.float64)
     z = x @ w.astype(np.float64)
-    z /= np.linalg.norm(z, axis=1, keepdims=True)
-    return z @ prototypes.astype(np.float64).T
+    scores = z @ prototypes.astype(np.float64).T
+    if intercept is not None:
+        scores = scores + intercept.astype(np.float64)
+    return scores / np.linalg.norm(z, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +62,20 @@ def fitted(task):
 def test_folded_topk_equals_normalised_topk(d_img, d_txt):
     support, labels, text, queries, _ = make_task(d_img, d_txt, n_classes=40, shots=2, seed=1)
     index = AlignedIndex(**OPTIONS).fit(support, labels, text)
-    ref = reference_cosines(index.lfa_, queries, index.lfa_.prototypes_, index.lfa_.W_)
+    ref = reference_cosines(index.lfa_, queries, index.lfa_.prototypes_, index.lfa_.W_, index.lfa_.intercept_)
     k = 7
     ref_top = np.argsort(-ref, axis=1, kind="stable")[:, :k]
     scores, top = index.search(queries, k)
     np.testing.assert_array_equal(top, ref_top)
     np.testing.assert_allclose(scores, np.take_along_axis(ref, ref_top, 1), atol=1e-5)
     np.testing.assert_array_equal(index.predict(queries), ref_top[:, 0])
-    # a plain FAISS inner-product store of the exported prototypes gives the same ranking on raw queries
-    store = faiss.IndexFlatIP(d_img)
-    store.add(index.aligned_prototypes())
-    np.testing.assert_array_equal(store.search(queries, k)[1], ref_top)
+    # a plain FAISS inner-product store of the exported prototypes gives the same ranking on raw
+    # queries (normalised with a trailing 1 when the classifier has biases)
+    exported = index.aligned_prototypes()
+    assert exported.shape[1] == d_img + int(index.augmented_)
+    store = faiss.IndexFlatIP(exported.shape[1])
+    store.add(exported)
+    np.testing.assert_array_equal(store.search(index.prepare_queries(queries), k)[1], ref_top)
 
 
 def test_predict_computes_no_query_norms(fitted, task, monkeypatch):
@@ -169,7 +167,7 @@ def test_added_classes_are_scored_with_the_base_to_new_map(task):
     lfa = index.lfa_
     expected = np.concatenate(
         [
-            reference_cosines(lfa, queries, lfa.prototypes_, lfa.W_),
+            reference_cosines(lfa, queries, lfa.prototypes_, lfa.W_, lfa.intercept_),
             reference_cosines(lfa, queries, lfa.transform_prototypes(text[base:]), lfa.W_tt_),
         ],
         axis=1,
@@ -279,21 +277,25 @@ def test_ivf_pq_corpus_trains_on_first_add_and_searches(task, corpus):
 
 
 # ------------------------------------------------------------------ export
-def test_query_transform_gives_the_core_aligned_embedding(task):
+@pytest.mark.parametrize("preset,d_out", [("paper", 32), ("default", 48)])
+def test_query_transform_gives_the_core_aligned_embedding(task, preset, d_out):
     support, labels, text, queries, _ = make_task(48, 32)
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    extra = dict(projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task")
+    index = AlignedIndex(**OPTIONS, **(extra if preset == "paper" else {})).fit(support, labels, text)
     g = index.query_transform()
-    assert g.shape == (48, 32)
-    aligned = queries @ g
+    assert g.shape == (48, d_out)
+    unit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    aligned = unit @ g + index.query_offset()
     aligned /= np.linalg.norm(aligned, axis=1, keepdims=True)
     np.testing.assert_allclose(aligned, index.lfa_.transform(queries), atol=1e-5)
     transform = index.query_linear_transform()
-    assert isinstance(transform, faiss.LinearTransform) and (transform.d_in, transform.d_out) == (48, 32)
-    np.testing.assert_allclose(transform.apply(queries), queries @ g, rtol=1e-4, atol=1e-4)
+    assert isinstance(transform, faiss.LinearTransform) and (transform.d_in, transform.d_out) == (48, d_out)
+    np.testing.assert_allclose(transform.apply(unit), unit @ g + index.query_offset(), rtol=1e-4, atol=1e-4)
     # as a FAISS pre-transform: raw images in, aligned normalised vectors stored
-    chain = faiss.IndexPreTransform(faiss.IndexFlatIP(32))
-    chain.prepend_transform(faiss.NormalizationTransform(32))
+    chain = faiss.IndexPreTransform(faiss.IndexFlatIP(d_out))
+    chain.prepend_transform(faiss.NormalizationTransform(d_out))
     chain.prepend_transform(transform)
+    chain.prepend_transform(faiss.NormalizationTransform(48))
     chain.add(queries)
     np.testing.assert_allclose(chain.index.reconstruct_n(0, 5), aligned[:5], atol=1e-5)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import faiss
 import numpy as np
 import pytest
-import torch
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lfa_index import (
@@ -27,16 +26,7 @@ OPTIONS = dict(beta=0.5, steps=3, device="cpu", random_state=0)
 NAMES = [f"class {i}" for i in range(6)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
-    barriers stall whenever another process holds a core."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import pickle
 import faiss
 import numpy as np
 import pytest
-import torch
 
 import lfa_index.persistence as persistence
 from lfa_index import AlignedIndex, IndexFormatError, IndexPathError, IndexVersionError
@@ -17,16 +16,7 @@ OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 NAMES = [f"class {i}" for i in range(10)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
-    barriers stall whenever another process holds a core."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 @pytest.fixture(scope="module")

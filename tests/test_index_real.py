@@ -10,10 +10,8 @@ import json
 import os
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
-import torch
 from sklearn.metrics import roc_auc_score
 
 from lfa_index import LFA, AlignedIndex
@@ -23,16 +21,7 @@ OPTIONS = dict(steps=50, device="cpu", random_state=0)
 FIXED_BETA = dict(OPTIONS, beta=0.15)  # what beta="auto" picks here, without the cross-validation
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """One FAISS and one torch thread: these problems are tiny, and on 2 shared cores OpenMP
-    barriers stall whenever another process holds a core."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 def data_root() -> Path | None:
@@ -68,10 +57,15 @@ def dtd(request):
     }
 
 
-def test_index_accuracy_equals_the_core_estimator(dtd):
-    index = AlignedIndex(**OPTIONS).fit(dtd["support"], dtd["labels"], dtd["text"])
-    lfa = LFA(**OPTIONS).fit(dtd["support"], dtd["labels"], dtd["text"])
-    assert index.lfa_.projection_side_ == "image"
+PAPER = dict(projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task")
+
+
+@pytest.mark.parametrize("preset,side", [("paper", "image"), ("default", "text")])
+def test_index_accuracy_equals_the_core_estimator(dtd, preset, side):
+    options = {**OPTIONS, **(PAPER if preset == "paper" else {})}
+    index = AlignedIndex(**options).fit(dtd["support"], dtd["labels"], dtd["text"])
+    lfa = LFA(**options).fit(dtd["support"], dtd["labels"], dtd["text"])
+    assert index.lfa_.projection_side_ == lfa.projection_side_ == side
     ours, core = index.predict(dtd["test_x"]), lfa.predict(dtd["test_x"])
     # Predictions may only differ where the core's two best cosines tie to float32 precision.
     scores = np.sort(lfa.decision_function(dtd["test_x"]), axis=1)

@@ -35,7 +35,7 @@ def test_beta_one_gives_identity_and_beta_zero_gives_w_op():
 
 def test_estimator_with_beta_one_and_no_refinement_is_the_identity(planted):
     x, y, protos, _, _ = planted
-    lfa = LFA(beta=1.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
+    lfa = LFA.paper(beta=1.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
     np.testing.assert_allclose(lfa.W_, np.eye(x.shape[1]), atol=1e-6)
     np.testing.assert_allclose(lfa.transform(x), x / np.linalg.norm(x, axis=1, keepdims=True), atol=1e-5)
 
@@ -43,7 +43,7 @@ def test_estimator_with_beta_one_and_no_refinement_is_the_identity(planted):
 def test_estimator_with_beta_zero_and_no_refinement_is_orthogonal_procrustes():
     # More classes than dimensions: XᵀPY has full rank, so W_op is unique.
     x, y, protos, _, _ = planted_gap_problem(n_classes=40, shots=4, d=16)
-    lfa = LFA(beta=0.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
+    lfa = LFA.paper(beta=0.0, steps=1, lr=1e-12, final_lr=0.0, random_state=0).fit(x, y, protos)
     w_op = orthogonal_procrustes(torch.tensor(x), torch.tensor(protos[y]))
     np.testing.assert_allclose(lfa.W_, w_op.numpy(), atol=1e-5)
 

@@ -121,3 +121,21 @@ def test_branch_free_graph_step_refines_like_the_eager_step():
         w_tt = (1 - weight) * w_tt + weight * run.w.detach()
     assert float(arerank_loss(x @ run.w.detach(), p, y)) < 0.8 * float(arerank_loss(x @ w0, p, y))
     torch.testing.assert_close(run.w_tt, w_tt, atol=1e-5, rtol=0)
+
+
+def test_jointly_trained_prototypes_move_stay_unit_and_lower_the_loss_further():
+    x, y, protos, _, _ = planted_gap_problem(noise=0.35, seed=4)
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    plain = refine(w0, x, y, p, steps=200, generator=_generators()[0], coin=_generators()[1])
+    joint = refine(w0, x, y, p, steps=200, generator=_generators()[0], coin=_generators()[1], train_prototypes=True)
+    assert plain.prototypes is None
+    torch.testing.assert_close(joint.prototypes.norm(dim=1), torch.ones(len(p)), atol=1e-5, rtol=0)
+    assert float((joint.prototypes - p).norm(dim=1).min()) > 1e-3  # every prototype moved
+    loss_plain = float(arerank_loss(x @ plain.W, p, y))
+    loss_joint = float(arerank_loss(x @ joint.W, joint.prototypes, y))
+    assert loss_joint < loss_plain
+    # a vanishing learning rate leaves both W and the prototypes where they started
+    still = refine(w0, x, y, p, steps=5, lr=1e-12, final_lr=0.0, generator=_generators()[0], coin=_generators()[1],
+                   train_prototypes=True)
+    torch.testing.assert_close(still.prototypes, p, atol=1e-5, rtol=0)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
-import torch
 
 from lfa_index import AlignedIndex, LabelError
 from lfa_index import baselines
@@ -32,15 +30,7 @@ OPTIONS = dict(steps=20, device="cpu", random_state=0)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    """Tiny problems: one FAISS and one torch thread avoid OpenMP stalls on shared cores."""
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +104,14 @@ def test_alignment_closes_the_planted_modality_gap(fitted):
 def test_stages_project_rows_when_the_widths_differ(problem):
     X, y, P, X_test, y_test = problem
     wide = np.concatenate([X, np.zeros((len(X), 8), dtype=np.float32)], axis=1)
-    index = AlignedIndex(**OPTIONS).fit(wide, y, P)
+    index = AlignedIndex(**OPTIONS, projection="shrink").fit(wide, y, P)
     stages = alignment_stages(index)
     assert not stages.same_space
     assert stages.rows["support"]["identity"].shape == (len(X), P.shape[1])
+    widened = alignment_stages(AlignedIndex(**OPTIONS, projection="widen").fit(wide, y, P))
+    assert not widened.same_space
+    assert widened.rows["support"]["identity"].shape == (len(X), wide.shape[1])
+    assert widened.prototypes.shape == (P.shape[0], wide.shape[1])
     assert np.mean(stages.true_prototype_ranks("support")["lfa"] > 0) == pytest.approx(index.lfa_.hubness_, abs=1e-6)
 
 

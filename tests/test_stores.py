@@ -7,7 +7,6 @@ import sys
 import faiss
 import numpy as np
 import pytest
-import torch
 
 from lfa_index import AlignedIndex, DimensionMismatchError, InvalidInputError
 from lfa_index.stores import (
@@ -18,6 +17,7 @@ from lfa_index.stores import (
     VectorStore,
     add_aligned,
     classify,
+    prototype_dim,
     search_aligned,
     search_classes,
     search_raw,
@@ -32,14 +32,7 @@ OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 NAMES = [f"class_{i}" for i in range(12)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_threaded():
-    before = faiss.omp_get_max_threads(), torch.get_num_threads()
-    faiss.omp_set_num_threads(1)
-    torch.set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(before[0])
-    torch.set_num_threads(before[1])
+pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
 def make_task(d_img=32, d_txt=24, n_classes=12, shots=4, n_queries=300, seed=0):
@@ -124,6 +117,35 @@ def test_classes_added_from_text_are_scored_with_their_own_map_in_milvus(task, m
     expected_scores, expected = index.search(queries, k=4)
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+
+
+def test_biased_centred_classifier_is_exact_in_faiss_and_milvus_stores(task, corpus, milvus_uri, tmp_path):
+    """With class biases and centred rows the folded prototypes gain a coordinate; stores stay exact."""
+    support, labels, text, queries = task
+    options = dict(OPTIONS, prototype_mix=0.5, center=True, refine_prototypes=True, mapping="average")
+    index = AlignedIndex(**options).fit(support[labels < 9], labels[labels < 9], text[:9])
+    assert index.augmented_ and prototype_dim(index) == index.n_features_in_ + 1
+    for store in (FaissStore(dim=prototype_dim(index)), MilvusStore(milvus_uri, "biased", dim=prototype_dim(index))):
+        write_prototypes(index, store)
+        np.testing.assert_array_equal(classify(index, store, queries), index.predict(queries))
+        index_with_new = AlignedIndex.load(index.save(tmp_path / f"copy_{store.location[:5]}"))
+        index_with_new.add_classes(text[9:])
+        write_prototypes(index_with_new, store)
+        np.testing.assert_array_equal(classify(index_with_new, store, queries), index_with_new.predict(queries))
+        scores, found = search_classes(index_with_new, store, queries, k=4)
+        expected_scores, expected = index_with_new.search(queries, k=4)
+        np.testing.assert_array_equal(found, expected)
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+    with pytest.raises(DimensionMismatchError):
+        write_prototypes(index, FaissStore(dim=index.n_features_in_))
+    # corpora: the aligned store holds index.transform(x), searched as the index's own corpus
+    images, text_queries = corpus
+    ids = np.arange(len(images))
+    _, own = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    aligned = add_aligned(index, FaissStore(dim=index.prototypes_.shape[1]), images, ids)
+    np.testing.assert_array_equal(search_aligned(index, aligned, text_queries, k=10)[1], own)
+    raw = FaissStore(dim=images.shape[1]).add(images, ids=ids)
+    np.testing.assert_array_equal(search_raw(index, raw, text_queries, k=10, overfetch=len(images))[1], own)
 
 
 def test_stale_prototypes_are_refused(index, task):

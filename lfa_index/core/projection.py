@@ -1,8 +1,11 @@
-"""Seeded Gaussian random projection that bridges embedding spaces of different dimensions.
+"""Seeded random projections that bridge embedding spaces of different dimensions.
 
 The paper projects 2048-d self-supervised vision features to the 1536-d text space with
 scikit-learn's ``GaussianRandomProjection`` before Procrustes (appendix, "Aligning Disjoint
-Modalities"). The larger side is mapped down to the smaller one.
+Modalities"): the larger side is mapped down to the smaller one (``projection="shrink"``).
+Mapping the smaller side up instead (``projection="widen"``) with a seeded isometric embedding
+loses nothing: it keeps every dimension of the wider encoder and every inner product of the
+narrower one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,19 @@ def random_projection_matrix(n_features: int, n_components: int, random_state: i
     proj = GaussianRandomProjection(n_components=n_components, random_state=random_state)
     proj.fit(np.zeros((1, n_features), dtype=np.float32))
     return np.asarray(proj.components_, dtype=np.float32)
+
+
+def isometric_embedding_matrix(n_features: int, n_components: int, random_state: int | None) -> np.ndarray:
+    """A seeded (n_components, n_features) matrix with orthonormal columns, n_components ≥ n_features.
+
+    ``x @ M.T`` embeds rows in the wider space and keeps every inner product: ``(x Mᵀ)(y Mᵀ)ᵀ = x yᵀ``.
+    The columns are the Q factor of a seeded Gaussian matrix (a Haar-random orientation).
+    """
+    if n_components < n_features:
+        raise ValueError(f"an isometric embedding needs n_components >= n_features, got {n_components} < {n_features}")
+    gaussian = np.random.default_rng(random_state).standard_normal((n_components, n_features))
+    q, r = np.linalg.qr(gaussian)
+    return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
 
 
 def project(x: torch.Tensor, components: torch.Tensor) -> torch.Tensor:

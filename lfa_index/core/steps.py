@@ -66,8 +66,7 @@ def select_steps(
     w0 = beta_procrustes(orthogonal_procrustes(first_view, prototypes[y_tr]), beta)
 
     trials: list[StepTrial] = []
-    best: tuple[float, float] | None = None
-    misses = 0
+    stop = EarlyStop(patience)
     for steps in grid:
         result = refine(w0, x_tr, y_tr, prototypes, steps=steps, generator=generator, coin=coin, **refine_options)
         with torch.no_grad():
@@ -76,15 +75,27 @@ def select_steps(
             loss = float(arerank_loss(mapped, prototypes, y_val, k=refine_options.get("k", 3),
                                       scale=refine_options.get("scale", 4.0)))
         trials.append(StepTrial(steps, acc, loss))
-        key = (acc, -loss)
-        if best is None or key > best:
-            best, misses = key, 0
-        else:
-            misses += 1
-            if misses >= patience:
-                break
+        if stop.should_stop((acc, -loss)):
+            break
     chosen = max(trials, key=lambda t: (t.accuracy, -t.loss, -t.steps))
     return chosen.steps, trials
+
+
+class EarlyStop:
+    """Ends a search after ``patience`` trials in a row that do not beat the best key so far."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best: tuple[float, ...] | None = None
+        self.misses = 0
+
+    def should_stop(self, key: tuple[float, ...]) -> bool:
+        """Record a trial's key (higher is better); True when the search should end."""
+        if self.best is None or key > self.best:
+            self.best, self.misses = key, 0
+            return False
+        self.misses += 1
+        return self.misses >= self.patience
 
 
 def trials_table(trials: Sequence[StepTrial]) -> np.ndarray:

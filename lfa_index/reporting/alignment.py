@@ -98,7 +98,8 @@ def alignment_stages(index: AlignedIndex, eval_embeddings: Any = None, eval_labe
             f"eval embeddings have {np.asarray(eval_embeddings).shape[-1]} dimensions but the index aligns "
             f"{index.n_features_in_}-d rows; embed them with the support set's model."
         )
-    protos = torch.as_tensor(np.asarray(index.prototypes_, dtype=np.float32))
+    # the text prototypes in the aligned space (LFA's hybrid class vectors are a classifier, not a stage)
+    protos = torch.as_tensor(lfa.transform_prototypes(index.text_embeddings_))
     support = np.asarray(index.support_embeddings_, dtype=np.float32)
     support = support[:, 0] if support.ndim == 3 else support
     pseudo = index.support_labels_ is None
@@ -115,16 +116,23 @@ def alignment_stages(index: AlignedIndex, eval_embeddings: Any = None, eval_labe
             z = project(z, torch.as_tensor(np.asarray(lfa.projection_, dtype=np.float32)))
         return F.normalize(z, dim=1)
 
+    mean = torch.as_tensor(np.asarray(lfa.feature_mean_, dtype=np.float32)) if lfa.center_ else None
+
+    def centred(z: torch.Tensor) -> torch.Tensor:
+        """The rows W sees: centred on the support mean when the LFA centres (an option of the default)."""
+        return z if mean is None else F.normalize(z - mean, dim=1)
+
     z_support = unaligned(support)
     labels_t = torch.as_tensor(support_labels)
     maps = {
         "identity": None,
-        "beta_procrustes": beta_procrustes(orthogonal_procrustes(z_support, protos[labels_t]), float(lfa.beta_)),
+        "beta_procrustes": beta_procrustes(
+            orthogonal_procrustes(centred(z_support), protos[labels_t]), float(lfa.beta_)),
         "lfa": torch.as_tensor(np.asarray(lfa.W_, dtype=np.float32)),
     }
 
     def staged(z: torch.Tensor) -> dict[str, np.ndarray]:
-        return {s: (z if w is None else F.normalize(z @ w, dim=1)).numpy() for s, w in maps.items()}
+        return {s: (z if w is None else F.normalize(centred(z) @ w, dim=1)).numpy() for s, w in maps.items()}
 
     rows = {"support": staged(z_support)}
     labels = {"support": support_labels}

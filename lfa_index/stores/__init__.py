@@ -6,8 +6,8 @@ The functions of :mod:`.aligned` put an AlignedIndex's prototypes or corpora in 
 
 Example
 -------
->>> from lfa_index.stores import MilvusStore, write_prototypes, classify
->>> store = write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=index.n_features_in_))
+>>> from lfa_index.stores import MilvusStore, prototype_dim, write_prototypes, classify
+>>> store = write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=prototype_dim(index)))
 >>> classify(index, store, queries)
 """
 
@@ -15,6 +15,7 @@ from .aligned import (
     MAPPING_FIELD,
     add_aligned,
     classify,
+    prototype_dim,
     search_aligned,
     search_classes,
     search_raw,
@@ -31,6 +32,7 @@ __all__ = [
     "FaissStore",
     "MilvusStore",
     "MAPPING_FIELD",
+    "prototype_dim",
     "write_prototypes",
     "classify",
     "search_classes",

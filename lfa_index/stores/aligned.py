@@ -2,15 +2,17 @@
 
 Classification: the store holds the prototypes folded with the query map (``P Gᵀ``, see
 :meth:`AlignedIndex.aligned_prototypes`), so the class of a raw query ``x`` is the inner-product
-nearest neighbour of ``x``; dividing by ``||x G||`` turns the scores into aligned cosines.
-Corpora: either the store holds aligned images ``normalize(x G)`` and is searched with aligned
+nearest neighbour of ``x``; dividing by ``||x G||`` turns the scores into aligned cosines. When
+the classifier has class biases or centred rows (``index.augmented_``), the folded vectors carry
+one more coordinate and the queries are ``index.prepare_queries(x)``; the search stays exact.
+Corpora: either the store holds aligned images ``index.transform(x)`` and is searched with aligned
 text (:func:`add_aligned` / :func:`search_aligned`, exact on a flat index), or it holds raw
 images and the text query is mapped back, ``y Gᵀ``, with an exact re-rank of ``k · overfetch``
 candidates (:func:`search_raw`, as :meth:`AlignedIndex.search_unaligned`).
 
 Example
 -------
->>> store = MilvusStore("vectors.db", "prototypes", dim=index.n_features_in_)
+>>> store = MilvusStore("vectors.db", "prototypes", dim=prototype_dim(index))
 >>> write_prototypes(index, store)
 >>> classify(index, store, queries)                # == index.predict(queries)
 >>> X, y = support_from_store(labelled_store, label_field="label")
@@ -34,6 +36,12 @@ Mapping_ = Literal["task", "tt", "average"]
 
 
 # ------------------------------------------------------------------------------ classification
+def prototype_dim(index: AlignedIndex) -> int:
+    """Width of the folded prototypes a store must hold: ``d_in``, or ``d_in + 1`` when the
+    classifier has class biases or centred rows (``index.augmented_``)."""
+    return index.n_features_in_ + int(index.augmented_)
+
+
 def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: str = "label") -> VectorStore:
     """Replace the store's rows with the index's folded prototypes: id = class position in ``classes_``.
 
@@ -42,12 +50,12 @@ def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: st
 
     Example
     -------
-    >>> write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=index.n_features_in_))
+    >>> write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=prototype_dim(index)))
     """
     folded = index.aligned_prototypes("auto")
     if not isinstance(label_field, str) or label_field == MAPPING_FIELD:
         raise InvalidInputError(f"label_field must be a field name other than {MAPPING_FIELD!r}, got {label_field!r}.")
-    _check_store(store, folded.shape[1], "the index's folded prototypes (image embedding dimension)")
+    _check_store(store, folded.shape[1], "the index's folded prototypes (prototype_dim(index))")
     if store.metric != "IP":
         raise SchemaError(
             f"{store.location} ranks by {store.metric}, but folded prototypes are not unit vectors and need the "
@@ -76,7 +84,7 @@ def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) 
     for mapping, size in groups:
         where = {MAPPING_FIELD: mapping} if len(groups) > 1 else None
         raw, ids = store.search(x, min(k, size), where=where)
-        scores.append(raw / _row_norms(x, index.query_transform(mapping))[:, None])
+        scores.append(raw / index.query_norms(X, mapping)[:, None])
         positions.append(ids)
     scores_all, positions_all = np.concatenate(scores, axis=1), np.concatenate(positions, axis=1)
     order = np.argsort(-scores_all, axis=1, kind="stable")[:, :k]
@@ -90,14 +98,14 @@ def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
     """
     x, groups = _classification_inputs(index, store, X)
     if len(groups) > 1:
-        return search_classes(index, store, x, k=1)[1][:, 0]
+        return search_classes(index, store, X, k=1)[1][:, 0]
     _, ids = store.search(x, 1)
     return index.classes_[ids[:, 0]]
 
 
 def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    x = check_query_matrix(X, name="X", dim=index.n_features_in_)
-    _check_store(store, index.n_features_in_, "the index's folded prototypes (image embedding dimension)")
+    x = index.prepare_queries(check_query_matrix(X, name="X", dim=index.n_features_in_))
+    _check_store(store, x.shape[1], "the index's folded prototypes (prototype_dim(index))")
     held, n_classes = store.count(), len(index.classes_)
     if held != n_classes:
         raise InvalidInputError(
@@ -130,12 +138,12 @@ def add_aligned(
     """
     x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
     ids = check_ids(ids, len(x))
-    query_map = _corpus_map(index, mapping)
+    mapping, query_map = _corpus_map(index, mapping)
     _check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
     for start in range(0, len(x), _CHUNK):
         stop = start + _CHUNK
         part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
-        store.add(_align(x[start:stop], query_map), ids[start:stop], fields=part)
+        store.add(index.transform(x[start:stop], mapping), ids[start:stop], fields=part)
     return store
 
 
@@ -173,7 +181,7 @@ def search_raw(
     k = check_k(k)
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = np.ascontiguousarray(index.lfa_.transform_prototypes(text_emb), dtype=np.float32)
-    query_map = _corpus_map(index, mapping)
+    mapping, query_map = _corpus_map(index, mapping)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     held = store.count()
     if held == 0:
@@ -184,7 +192,7 @@ def search_raw(
     valid = candidates >= 0
     unique_ids = np.unique(candidates[valid])
     if len(unique_ids):
-        aligned = _align(store.get(unique_ids), query_map)
+        aligned = index.transform(store.get(unique_ids), mapping)
         rows, cols = np.nonzero(valid)
         slots = np.searchsorted(unique_ids, candidates[rows, cols])
         scores[rows, cols] = np.einsum("ij,ij->i", aligned[slots], queries[rows])
@@ -237,21 +245,7 @@ def _check_store(store: VectorStore, dim: int, holds: str) -> None:
         )
 
 
-def _corpus_map(index: AlignedIndex, mapping: str | None) -> np.ndarray:
+def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, np.ndarray]:
     mapping = index.corpus_mapping if mapping is None else mapping
     check_choice(mapping, "mapping", ("task", "tt", "average"))
-    return index.query_transform(mapping)
-
-
-def _align(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
-    z = x @ query_map
-    norms = np.linalg.norm(z, axis=1, keepdims=True)
-    np.divide(z, norms, out=z, where=norms > 0)
-    return np.ascontiguousarray(z, dtype=np.float32)
-
-
-def _row_norms(x: np.ndarray, query_map: np.ndarray) -> np.ndarray:
-    out = np.empty(len(x), dtype=np.float32)
-    for start in range(0, len(x), _CHUNK):
-        out[start : start + _CHUNK] = np.linalg.norm(x[start : start + _CHUNK] @ query_map, axis=1)
-    return out
+    return mapping, index.query_transform(mapping)

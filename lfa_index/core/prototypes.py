@@ -1,0 +1,92 @@
+"""Hybrid class prototypes in the aligned space: text prototypes mixed with the support rows.
+
+An aligned query ``z`` (a row of ``(x − μ) W``, see :class:`~lfa_index.core.estimator.LFA`) scores
+class ``c`` as ``z·q_c + b_c``. The paper's classifier is ``q_c = y_c`` (the aligned text
+prototype) and ``b_c = 0``. A hybrid mixes in a prototype learnt from the support rows of class c,
+
+    q_c = (1 − λ) y_c + λ s_c,        b_c = λ t_c,
+
+where ``(s_c, t_c)`` is either the L2-normalised class mean (``kind="mean"``, ``t_c = 0``) or the
+linear discriminant of the class in the aligned space (``kind="discriminant"``): class means
+``m_c`` and the shared shrunk precision ``P = d((n − 1)S + tr(S) I)⁻¹`` of GDA (Wang et al.,
+ICLR 2024) give ``s_c ∝ P m_c`` and ``t_c ∝ −½ m_cᵀ P m_c``, scaled together so that the ``s_c``
+have unit mean norm and sit on the scale of the unit text prototypes. λ = 0 is plain LFA.
+The classifier stays a nearest-vector search: ``[z, 1]·[q_c, b_c]``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+SupportKind = Literal["mean", "discriminant"]
+SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
+
+
+def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-class means of the rows ``z`` (C, d) and the mask (C,) of classes that have rows.
+
+    Classes without rows get a zero mean.
+    """
+    counts = torch.bincount(labels, minlength=n_classes).to(z.dtype)
+    sums = torch.zeros(n_classes, z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, labels, z)
+    seen = counts > 0
+    return sums / counts.clamp(min=1).unsqueeze(1), seen
+
+
+def shared_precision(z: torch.Tensor, labels: torch.Tensor, means: torch.Tensor) -> torch.Tensor:
+    """GDA's shrunk precision ``d((n − 1)S + tr(S) I)⁻¹`` of the class-centred rows (d, d).
+
+    S is the covariance of ``z − means[labels]``. With no within-class spread (one row per
+    class) it is the identity.
+    """
+    n, d = z.shape
+    residuals = z - means[labels]
+    n_classes = int(torch.unique(labels).numel())
+    eye = torch.eye(d, dtype=z.dtype, device=z.device)
+    if n - n_classes < 1:
+        return eye
+    cov = residuals.T @ residuals / (n - 1)
+    return d * torch.linalg.pinv((n - 1) * cov + torch.trace(cov) * eye, hermitian=True)
+
+
+def support_prototypes(
+    z: torch.Tensor, labels: torch.Tensor, n_classes: int, kind: SupportKind = "discriminant"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Support prototypes ``s`` (C, d), their biases ``t`` (C,) and the mask of classes with rows.
+
+    ``z`` are aligned support rows (n, d) with ``labels`` (n,). Computed in float64. Classes
+    without support rows get ``s_c = 0, t_c = 0`` (see :func:`hybrid_prototypes`).
+    """
+    z64 = z.double()
+    means, seen = class_means(z64, labels, n_classes)
+    if kind == "mean":
+        return F.normalize(means, dim=1) * seen.unsqueeze(1), torch.zeros_like(means[:, 0]), seen
+    precision = shared_precision(z64, labels, means)
+    directions = means @ precision
+    bias = -0.5 * (directions * means).sum(dim=1)
+    scale = directions[seen].norm(dim=1).mean().clamp(min=torch.finfo(z64.dtype).tiny)
+    return directions * seen.unsqueeze(1) / scale, bias * seen / scale, seen
+
+
+def hybrid_prototypes(
+    text: torch.Tensor, support: torch.Tensor, support_bias: torch.Tensor, seen: torch.Tensor, weight: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q = (1 − λ) y + λ s`` (C, d) and ``b = λ t`` (C,) with λ = ``weight``, in ``text``'s dtype.
+
+    Classes without support rows keep their text prototype and the mean bias of the others, so
+    that the bias neither favours nor hides them.
+    """
+    q = torch.where(seen.unsqueeze(1), (1 - weight) * text.double() + weight * support, text.double())
+    b = weight * support_bias
+    if bool(seen.any()) and not bool(seen.all()):
+        b = torch.where(seen, b, b[seen].mean())
+    return q.to(text.dtype), b.to(text.dtype)
+
+
+def class_scores(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Tensor | None) -> torch.Tensor:
+    """Ranking scores ``z qᵀ + b`` (n, C) of aligned rows against hybrid prototypes."""
+    scores = z @ prototypes.T
+    return scores if intercept is None else scores + intercept
