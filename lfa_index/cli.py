@@ -813,7 +813,8 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
             [f"{name.upper()}: CLIP ViT-B/32 image features from {shared}/clip_vitb32/{name} ({len(class_names)} "
              f"classes, {len(pool_rows)} pool / {len(eval_rows)} eval images).",
              "Class prototypes: MiniLM embeddings of 'a photo of a {name}.'; image and text models are unrelated "
-             "(512-d vs 384-d, bridged by a seeded random projection), so zero-shot does not apply."],
+             "(512-d vs 384-d, bridged by a seeded projection: the names embedded isometrically in 512-d, or "
+             "with --paper the images projected down to 384-d), so zero-shot does not apply."],
         ))
 
     # 3. k-shot runs, tables, report
