@@ -37,6 +37,9 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+# k-shot sampling is the library's (``lfa-index eval`` and the demo draw supports the same way)
+from lfa_index.reporting.evaluation import sample_support  # noqa: F401  (re-exported)
+
 DATA_ROOT = Path(os.environ.get("LFA_BENCH_DATA", "/work/shared/data"))
 CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "lfa-bench"
 
@@ -236,19 +239,3 @@ def load_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None = CACH
     if name == "ag_news":
         return load_ag_news(root=root, cache_dir=cache_dir)
     raise ValueError(f"unknown set {name!r}; choose from {', '.join(SET_NAMES)}.")
-
-
-# ---------------------------------------------------------------------------- k-shot sampling
-def sample_support(labels: np.ndarray, shots: int, seed: int) -> np.ndarray:
-    """Sorted pool indices of ``shots`` rows per class (fewer where a class has fewer), seeded.
-
-    Classes are visited in label order with one ``np.random.default_rng(seed)``.
-    """
-    if shots < 1:
-        raise ValueError(f"shots must be >= 1, got {shots}.")
-    rng = np.random.default_rng(seed)
-    picked = [
-        rng.choice(rows, size=min(shots, len(rows)), replace=False)
-        for rows in (np.flatnonzero(labels == c) for c in np.unique(labels))
-    ]
-    return np.sort(np.concatenate(picked))

@@ -64,7 +64,7 @@ def reference_refine(w0, x, labels, prototypes, x_eval, y_eval, steps, evaluate=
     w = torch.nn.Parameter(w0.clone())
     opt = torch.optim.AdamW([w], lr=5e-4, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=1e-7)
-    n, v = x.shape[0], x.shape[1]
+    v = x.shape[1]
     for _ in range(steps):
         crop = torch.randint(v, (1,)).item()  # the public code draws one crop index for all images
         batch = x[:, crop]

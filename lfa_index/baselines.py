@@ -2,8 +2,8 @@
 
 Each function fits on the support rows ``X`` (N, d) with labels ``y`` (N,) in 0..C-1 and returns
 the predicted labels (M,) of the eval rows ``X_eval`` (M, d). Only the support set is looked at
-while fitting. Rows are L2-normalised inside each function. The behaviour matches
-``benchmarks/baselines.py`` (checked by ``tests/test_report.py``).
+while fitting. Rows are L2-normalised inside each function. ``benchmarks/baselines.py`` uses
+these same functions next to its tuned baselines (probe CV, GDA, Tip-Adapter).
 
 Example
 -------

@@ -48,7 +48,7 @@ from .core.errors import (
     ShapeError,
     ZeroNormError,
 )
-from .core.validation import check_choice, check_embeddings, check_labels, check_number, resolve_device
+from .core.validation import check_choice, check_embeddings, check_ids, check_labels, check_number, resolve_device
 from .persistence import IndexFormatError, read_index_dir, write_index_dir
 
 Mapping = Literal["task", "tt", "average"]
@@ -575,11 +575,7 @@ class AlignedIndex:
         self._check_fitted()
         check_choice(mapping, "mapping", _MAPPINGS)
         x = self._check_queries(X)
-        query_map, offset = self._query_map(mapping), self._query_offset(mapping)
-        out = np.empty((len(x), query_map.shape[1]), dtype=np.float32)
-        for start in range(0, len(x), _CHUNK):
-            out[start : start + _CHUNK] = _align(x[start : start + _CHUNK], query_map, offset)
-        return out
+        return _align(x, self._query_map(mapping), self._query_offset(mapping))
 
     def query_offset(self, mapping: Mapping = "task") -> np.ndarray:
         """The offset o, (d,), of the affine query map: the aligned query is ``normalize(x̂ @ G + o)``
@@ -678,9 +674,7 @@ class AlignedIndex:
         limit = max(_TRAIN_ROWS, 256 * ivf.nlist) if ivf is not None else _TRAIN_ROWS
         if len(x) > limit:
             x = x[np.sort(np.random.default_rng(0).choice(len(x), limit, replace=False))]
-        sample = np.empty((len(x), corpus.query_map.shape[1]), dtype=np.float32)
-        for start in range(0, len(x), _CHUNK):
-            sample[start : start + _CHUNK] = _align(x[start : start + _CHUNK], corpus.query_map, corpus.query_offset)
+        sample = _align(x, corpus.query_map, corpus.query_offset)
         try:
             with self._gpu_guard():
                 corpus.index.train(sample)
@@ -1078,11 +1072,15 @@ def _group_norms(group: _ClassGroup, x: np.ndarray) -> np.ndarray:
 
 
 def _align(x: np.ndarray, query_map: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
-    """``normalize(x @ G)`` row by row, or ``normalize(x̂ @ G + o)`` with an offset (float32, C-contiguous)."""
-    z = x @ query_map if offset is None else _unit_rows(x) @ query_map + offset
-    norms = np.linalg.norm(z, axis=1, keepdims=True)
-    np.divide(z, norms, out=z, where=norms > 0)
-    return np.ascontiguousarray(z, dtype=np.float32)
+    """``normalize(x @ G)`` row by row, or ``normalize(x̂ @ G + o)`` with an offset (float32, C-contiguous),
+    in chunks of :data:`_CHUNK` rows."""
+    out = np.empty((len(x), query_map.shape[1]), dtype=np.float32)
+    for start in range(0, len(x), _CHUNK):
+        chunk = x[start : start + _CHUNK]
+        z = chunk @ query_map if offset is None else _unit_rows(chunk) @ query_map + offset
+        norms = np.linalg.norm(z, axis=1, keepdims=True)
+        out[start : start + _CHUNK] = np.divide(z, norms, out=z, where=norms > 0)
+    return out
 
 
 def _reconstruct(index: faiss.Index, ids: np.ndarray, store: np.ndarray | None) -> np.ndarray:
@@ -1105,18 +1103,8 @@ def _reconstruct(index: faiss.Index, ids: np.ndarray, store: np.ndarray | None) 
 def _check_ids(ids: Any, n_rows: int, corpus: _Corpus) -> np.ndarray:
     if ids is None:
         return np.arange(corpus.next_id, corpus.next_id + n_rows, dtype=np.int64)
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or arr.shape[0] != n_rows:
-        raise ShapeError(f"ids must be 1-D with one id per image ({n_rows}), got shape {arr.shape}.")
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise InvalidInputError(f"ids must be integers (int64), got dtype {arr.dtype}.")
-    arr = arr.astype(np.int64)
-    if (arr < 0).any():
-        raise InvalidInputError(f"ids must be non-negative (FAISS reserves -1 for 'no result'); got {arr[arr < 0][:5].tolist()}.")
-    unique, counts = np.unique(arr, return_counts=True)
-    if (counts > 1).any():
-        raise DuplicateIdError(f"ids repeat within this batch: {unique[counts > 1][:5].tolist()}; pass distinct ids.")
-    held = np.intersect1d(unique, corpus.ids, assume_unique=True)
+    arr = check_ids(ids, n_rows, per="image", duplicate_error=DuplicateIdError)
+    held = np.intersect1d(arr, corpus.ids)
     if len(held):
         raise DuplicateIdError(
             f"id(s) {held[:5].tolist()} are already in the corpus; pass new ids, or ids=None for consecutive ones."

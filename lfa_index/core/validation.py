@@ -200,3 +200,24 @@ def check_choice(value: Any, name: str, choices: Iterable[Any]) -> None:
     choices = list(choices)
     if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
         raise InvalidParameterError(f"{name} must be one of {choices}, got {value!r}.")
+
+
+def check_ids(
+    ids: Any, n_rows: int, *, per: str = "row", duplicate_error: type[InvalidInputError] = InvalidInputError
+) -> np.ndarray:
+    """Distinct non-negative int64 ids, one per row (``per`` names a row in messages).
+
+    Repeats within the batch raise ``duplicate_error``; -1 is reserved for "no result".
+    """
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        raise ShapeError(f"ids must be 1-D with one id per {per} ({n_rows}), got shape {arr.shape}.")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise InvalidInputError(f"ids must be integers (int64), got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64)
+    if (arr < 0).any():
+        raise InvalidInputError(f"ids must be non-negative (-1 marks 'no result'); got {arr[arr < 0][:5].tolist()}.")
+    unique, counts = np.unique(arr, return_counts=True)
+    if (counts > 1).any():
+        raise duplicate_error(f"ids repeat within this batch: {unique[counts > 1][:5].tolist()}; pass distinct ids.")
+    return arr

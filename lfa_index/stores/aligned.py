@@ -25,9 +25,9 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from ..core.errors import DimensionMismatchError, InvalidInputError, ShapeError
-from ..core.validation import check_choice, check_number
+from ..core.validation import check_choice, check_ids, check_number
 from ..index import AlignedIndex, EmptyIndexError, check_query_matrix
-from .base import VectorStore, check_ids, check_k
+from .base import VectorStore, check_k
 from .errors import SchemaError
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)

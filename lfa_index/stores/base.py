@@ -82,21 +82,6 @@ def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors
     return arr
 
 
-def check_ids(ids: Any, n_rows: int) -> np.ndarray:
-    """Distinct non-negative int64 ids, one per row."""
-    arr = np.asarray(ids)
-    if arr.ndim != 1 or arr.shape[0] != n_rows:
-        raise ShapeError(f"ids must be 1-D with one id per row ({n_rows}), got shape {arr.shape}.")
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise InvalidInputError(f"ids must be integers (int64), got dtype {arr.dtype}.")
-    arr = arr.astype(np.int64)
-    if (arr < 0).any():
-        raise InvalidInputError(f"ids must be non-negative (-1 marks 'no result'); got {arr[arr < 0][:5].tolist()}.")
-    if len(np.unique(arr)) != len(arr):
-        raise InvalidInputError("ids repeat within this batch; pass distinct ids.")
-    return arr
-
-
 def check_fields(fields: Mapping[str, Sequence[Any]] | None, n_rows: int, reserved: Sequence[str]) -> dict[str, list[Any]]:
     """Scalar fields as plain Python lists (str, int, float, bool), one value per row."""
     out: dict[str, list[Any]] = {}

@@ -18,8 +18,8 @@ import faiss
 import numpy as np
 
 from ..core.errors import InvalidInputError, InvalidParameterError
-from ..core.validation import check_number
-from .base import Where, check_fields, check_ids, check_k, check_vectors, check_where
+from ..core.validation import check_ids, check_number
+from .base import Where, check_fields, check_k, check_vectors, check_where
 from .errors import SchemaError
 
 

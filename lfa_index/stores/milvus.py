@@ -20,8 +20,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
-from ..core.validation import check_number
-from .base import Where, check_fields, check_ids, check_k, check_vectors, check_where
+from ..core.validation import check_ids, check_number
+from .base import Where, check_fields, check_k, check_vectors, check_where
 from .errors import SchemaError, StoreUnavailableError, import_extra
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
