@@ -6,7 +6,13 @@ VENV_VISION := .venv-vision
 PY := $(VENV)/bin/python
 PYV := $(VENV_VISION)/bin/python
 # Extras installed in the main environment (light sources, plots, stores, distributed).
-EXTRAS := dev,text,openai,files,plots,milvus,distributed
+EXTRAS := dev,text,openai,files,plots,milvus,qdrant,chroma,lancedb,langchain,llamaindex,distributed
+# The shared data folder beside the repository (../shared/data), when there is one. The library
+# never guesses it: `make demo` and `make test` pass it as LFA_SHARED_DATA unless that is already
+# set, so the demo adds its CLIP image set and the real-data tests run.
+REPO := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+SHARED_DATA := $(abspath $(wildcard $(REPO)/../shared/data))
+WITH_DATA := $(if $(SHARED_DATA),LFA_SHARED_DATA="$${LFA_SHARED_DATA:-$(SHARED_DATA)}")
 
 .PHONY: demo test test-core test-vision bench clean
 
@@ -32,15 +38,16 @@ $(VENV_VISION)/.ready: pyproject.toml Makefile
 	touch $@
 
 demo: $(VENV)/.ready
-	$(VENV)/bin/lfa-index demo
+	$(WITH_DATA) $(VENV)/bin/lfa-index demo
 
 test: test-core test-vision
 
 test-core: $(VENV)/.ready
-	$(PY) -m pytest -q -m "not vision"
+	$(PY) -m ruff check .
+	$(WITH_DATA) $(PY) -m pytest -q -m "not vision"
 
 test-vision: $(VENV_VISION)/.ready
-	$(PYV) -m pytest -q -m vision
+	$(WITH_DATA) $(PYV) -m pytest -q -m vision
 
 clean:
 	rm -rf $(VENV) $(VENV_VISION) .pytest_cache

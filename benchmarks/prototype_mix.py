@@ -14,6 +14,7 @@ Usage
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -23,12 +24,12 @@ from lfa_index import LFA
 from lfa_index.core.prototypes import class_scores, hybrid_prototypes, support_prototypes
 from lfa_index.core.selection import MIX_GRID
 
-from .data import SET_NAMES, load_set, sample_support
+from .data import SET_NAMES, add_data_argument, load_set, sample_support
 
 
-def accuracy_by_mix(set_name: str, shots: int, seed: int) -> list[float]:
+def accuracy_by_mix(set_name: str, shots: int, seed: int, root: Path | None = None) -> list[float]:
     """Eval top-1 (%) for each λ of :data:`MIX_GRID`, with the W of one fit on the seed's support."""
-    data = load_set(set_name)
+    data = load_set(set_name, root=root)
     idx = sample_support(data.pool_labels, shots, seed)
     x, y = data.pool_features[idx], data.pool_labels[idx]
     lfa = LFA(random_state=seed, prototype_mix=1.0, center=False, refine_prototypes=False, mapping="task")
@@ -50,12 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shots", type=int, default=16)
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--threads", type=int, default=1)
+    add_data_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
     print(f"{args.set}, {args.shots} shots: eval top-1 (%) by λ = " + " / ".join(f"{m:g}" for m in MIX_GRID))
     for seed in args.seeds:
-        rows.append(accuracy_by_mix(args.set, args.shots, seed))
+        rows.append(accuracy_by_mix(args.set, args.shots, seed, args.data))
         print(f"  seed {seed}: " + " / ".join(f"{a:.2f}" for a in rows[-1]), flush=True)
     print("  mean:   " + " / ".join(f"{a:.2f}" for a in np.mean(rows, axis=0)))
     return 0

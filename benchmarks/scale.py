@@ -18,9 +18,9 @@ Usage
     .venv/bin/python -m benchmarks.scale --rows 2000000          # what fits a shorter run
     .venv/bin/python -m benchmarks.scale --quick                 # 200k rows, d=128, seconds
 
-The synthetic table is written once under ``--data-dir`` (default /tmp/lfa_scale) and reused
-while its parameters match. Prints a table and writes ``benchmarks/results/scale.json``
-(``scale_quick.json`` with --quick).
+The synthetic table is written once under ``--data-dir`` (default: ``lfa_scale`` in the system's
+temporary folder) and reused while its parameters match. Prints a table and writes
+``benchmarks/results/scale.json`` (``scale_quick.json`` with --quick).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -127,7 +128,8 @@ def write_table(data_dir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     """Write the synthetic table (reused while its parameters match) and a saved index; returns their paths."""
     prototypes, support, labels, images = synthetic_task(args.classes, args.dim, args.shots, seed=0)
     source, index_path, manifest = data_dir / "embeddings", data_dir / "index", data_dir / "table.json"
-    params = {"rows": args.rows, "dim": args.dim, "classes": args.classes, "shots": args.shots, "rows_per_file": ROWS_PER_FILE}
+    params = {"rows": args.rows, "dim": args.dim, "classes": args.classes, "shots": args.shots,
+              "rows_per_file": ROWS_PER_FILE}
     index = fit_index(prototypes, support, labels, "cpu")
     index.save(index_path)
     if manifest.exists() and json.loads(manifest.read_text()) == params:
@@ -201,7 +203,9 @@ def bench_batch(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     for threads in (1, 2):
         name = f"in-process, {threads} thread{'s' * (threads > 1)}"
         print(f"running {name} ...", flush=True)
-        runs[name] = {"load_before": os.getloadavg(), **run_in_process(source, data_dir / "out_local", index_path, threads, args.batch_size)}
+        load_before = os.getloadavg()
+        run = run_in_process(source, data_dir / "out_local", index_path, threads, args.batch_size)
+        runs[name] = {"load_before": load_before, **run}
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -210,7 +214,9 @@ def bench_batch(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         for workers in (1, 2):
             name = f"ray, {workers} worker{'s' * (workers > 1)}"
             print(f"running {name} ...", flush=True)
-            runs[name] = {"load_before": os.getloadavg(), **run_ray(source, data_dir / "out_ray", index_path, workers, args.batch_size)}
+            load_before = os.getloadavg()
+            run = run_ray(source, data_dir / "out_ray", index_path, workers, args.batch_size)
+            runs[name] = {"load_before": load_before, **run}
     finally:
         ray.shutdown()
     output_bytes = sum(f.stat().st_size for f in (data_dir / "out_ray").iterdir())
@@ -239,7 +245,15 @@ def bench_batch(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
 
 def bench_milvus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    from lfa_index.stores import FaissStore, MilvusStore, add_aligned, search_aligned, search_classes, search_raw, write_prototypes
+    from lfa_index.stores import (
+        FaissStore,
+        MilvusStore,
+        add_aligned,
+        search_aligned,
+        search_classes,
+        search_raw,
+        write_prototypes,
+    )
 
     prototypes, support, labels, images = synthetic_task(args.classes, args.dim, args.shots, seed=0)
     index = fit_index(prototypes, support, labels, "cpu")
@@ -249,7 +263,8 @@ def bench_milvus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     (data_dir / "milvus").mkdir(parents=True)
     uri = str(data_dir / "milvus" / "bench.db")
     d_aligned = index.prototypes_.shape[1]
-    exact_scores, exact = search_aligned(index, add_aligned(index, FaissStore(d_aligned), corpus, np.arange(len(corpus))), text, k=10)
+    exact_store = add_aligned(index, FaissStore(d_aligned), corpus, np.arange(len(corpus)))
+    exact_scores, exact = search_aligned(index, exact_store, text, k=10)
     out: dict[str, Any] = {"corpus": len(corpus), "queries": len(text)}
     with MilvusStore(uri, "raw", dim=args.dim) as raw:
         started = time.perf_counter()
@@ -294,8 +309,9 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"  2 workers / 1 worker: {b['scaling_2_workers']:.2f}x; Ray 1 worker / in-process 1 thread: "
               f"{b['ray_1_worker_vs_in_process_1_thread']:.2f}x")
         print(f"  1e9 rows: {e['worker_hours']:.1f} worker-hours at {e['per_worker_rows_per_s']:,.0f} rows/s/worker; "
-              f"{e['hours_on_this_machine_2_workers']:.1f} h here (2 workers); {e['minutes_on_64_workers_linear']:.0f} min "
-              f"on 64 workers if linear; {e['input_tib']:.2f} TiB in, {e['output_gib']:.1f} GiB out; "
+              f"{e['hours_on_this_machine_2_workers']:.1f} h here (2 workers); "
+              f"{e['minutes_on_64_workers_linear']:.0f} min on 64 workers if linear; "
+              f"{e['input_tib']:.2f} TiB in, {e['output_gib']:.1f} GiB out; "
               f"{e['peak_memory_per_worker_mb']:.0f} MB peak per worker")
     if "milvus" in report:
         m = report["milvus"]
@@ -316,7 +332,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--milvus-queries", type=int, default=10_000)
     parser.add_argument("--overfetch", type=int, nargs="+", default=[1, 2, 5, 10, 20])
     parser.add_argument("--sections", nargs="+", default=["batch", "milvus"], choices=["batch", "milvus"])
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/lfa_scale"))
+    parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "lfa_scale")
     parser.add_argument("--quick", action="store_true", help="200k rows, d=128, 20k-image Milvus corpus")
     parser.add_argument("--out", type=Path, default=None)
     return parser.parse_args(argv)

@@ -176,7 +176,8 @@ def bench_classify(args, device: str) -> dict[str, Any]:
     seconds = {name: float(np.median(t)) for name, t in runs.items()}
     agree = float(np.mean(index.predict(queries) == naive()))
     # what predict adds to the FAISS search: one pass of input checks (timed alone, noise-free-ish)
-    validation = timed_runs({"check": lambda: check_query_matrix(queries, name="X", dim=args.dim)}, args.repeats, device)["check"]
+    check = {"check": lambda: check_query_matrix(queries, name="X", dim=args.dim)}
+    validation = timed_runs(check, args.repeats, device)["check"]
     qps = {name: args.queries / s for name, s in seconds.items()}
     return {
         "classes": args.classes, "dim": args.dim, "queries": args.queries, "fit_s": fit_s,
@@ -185,7 +186,9 @@ def bench_classify(args, device: str) -> dict[str, Any]:
         "predict_vs_raw_faiss": float(np.median(np.array(runs["raw_faiss_flat_ip"]) / np.array(runs["predict"]))),
         "predict_vs_raw_faiss_min_times": min(runs["raw_faiss_flat_ip"]) / min(runs["predict"]),
         "query_check_s": float(np.median(validation)),
-        "predict_vs_raw_faiss_from_overhead": seconds["raw_faiss_flat_ip"] / (seconds["raw_faiss_flat_ip"] + float(np.median(validation))),
+        "predict_vs_raw_faiss_from_overhead": (
+            seconds["raw_faiss_flat_ip"] / (seconds["raw_faiss_flat_ip"] + float(np.median(validation)))
+        ),
         "predict_vs_naive": seconds["naive_normalise_xW_dot_Y"] / seconds["predict"],
         "predict_vs_core": seconds["core_LFA_predict"] / seconds["predict"],
         "predict_agrees_with_naive": agree,
@@ -213,7 +216,8 @@ def bench_corpus(args, device: str) -> dict[str, Any]:
         index.add(corpus)
         add_s = time.perf_counter() - start
         seconds = median_seconds(
-            {"search_text": lambda: index.search_text(text_queries, 10), "search_corpus": lambda: index.search_corpus(image_queries, 10)},
+            {"search_text": lambda: index.search_text(text_queries, 10),
+             "search_corpus": lambda: index.search_corpus(image_queries, 10)},
             args.corpus_repeats, device,
         )
         _, text_ids = index.search_text(text_queries, 10)
@@ -241,7 +245,9 @@ def bench_corpus(args, device: str) -> dict[str, Any]:
     return results
 
 
-def bench_unaligned(index: AlignedIndex, corpus: np.ndarray, text_queries: np.ndarray, truth: np.ndarray, args) -> dict[str, Any]:
+def bench_unaligned(
+    index: AlignedIndex, corpus: np.ndarray, text_queries: np.ndarray, truth: np.ndarray, args
+) -> dict[str, Any]:
     """search_unaligned over a raw flat index vs the aligned (re-indexed) flat corpus."""
     raw = faiss.IndexFlatIP(corpus.shape[1])
     raw.add(corpus)
@@ -250,7 +256,9 @@ def bench_unaligned(index: AlignedIndex, corpus: np.ndarray, text_queries: np.nd
         start = time.perf_counter()
         _, ids = index.search_unaligned(raw, text_queries, k=10, overfetch=overfetch)
         seconds = time.perf_counter() - start
-        out[str(overfetch)] = {"recall10_vs_reindex": recall_at(ids, truth), "queries_per_s": len(text_queries) / seconds}
+        out[str(overfetch)] = {
+            "recall10_vs_reindex": recall_at(ids, truth), "queries_per_s": len(text_queries) / seconds
+        }
     del raw
     return out
 
@@ -261,7 +269,7 @@ def bench_unaligned_real(args) -> dict[str, Any]:
 
     out = {}
     for name in CLIP_SETS:
-        data = load_set(name)
+        data = load_set(name, root=args.data)
         support = sample_support(data.pool_labels, 16, seed=1)
         index = AlignedIndex(steps=args.real_steps, device="cpu", random_state=1).fit(
             data.pool_features[support], data.pool_labels[support], data.prototypes
@@ -286,14 +294,17 @@ def print_report(report: dict[str, Any]) -> None:
         for name, s in c["seconds"].items():
             print(f"{name:<28}{s:>10.3f}{c['queries_per_s'][name]:>14,.0f}{c['seconds']['predict'] / s:>11.2f}x")
         print(f"predict throughput = {c['predict_vs_raw_faiss']:.3f}x raw FAISS (median of paired rounds; "
-              f"{c['predict_vs_raw_faiss_min_times']:.3f}x on best times; input checks take {c['query_check_s'] * 1e3:.1f} ms "
+              f"{c['predict_vs_raw_faiss_min_times']:.3f}x on best times; input checks take "
+              f"{c['query_check_s'] * 1e3:.1f} ms "
               f"= {c['predict_vs_raw_faiss_from_overhead']:.3f}x), {c['predict_vs_naive']:.2f}x naive, "
               f"{c['predict_vs_core']:.2f}x core; agrees with naive on {c['predict_agrees_with_naive']:.4%}")
-        print(f"with class biases and centring (d+1 folded vectors): {c['predict_biased_centred_vs_raw_faiss']:.3f}x raw "
-              f"FAISS; agrees with its estimator on {c['predict_biased_agrees_with_its_estimator']:.4%}")
+        print("with class biases and centring (d+1 folded vectors): "
+              f"{c['predict_biased_centred_vs_raw_faiss']:.3f}x raw FAISS; agrees with its estimator on "
+              f"{c['predict_biased_agrees_with_its_estimator']:.4%}")
     k = report.get("corpus")
     if k:
-        print(f"\ncorpus: N={k['corpus']:,}, d={k['dim']}, {k['queries']} queries, k=10 (inputs {k['inputs_mb']:.0f} MB)")
+        print(f"\ncorpus: N={k['corpus']:,}, d={k['dim']}, {k['queries']} queries, k=10 "
+              f"(inputs {k['inputs_mb']:.0f} MB)")
         print(f"{'index':<30}{'add s':>8}{'text q/s':>10}{'image q/s':>11}{'recall@10 text/image':>22}"
               f"{'same class@10':>15}{'peak MB':>9}")
         for name in ["flat"] + [n for n in k if isinstance(k[n], dict) and "factory" in k[n] and n != "flat"]:
@@ -303,14 +314,16 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{r['recall10_text_vs_flat']:>14.3f}/{r['recall10_image_vs_flat']:.3f}"
                   f"{r['same_class10_text']:>10.3f}/{r['same_class10_image']:.3f}{r['peak_rss_mb_over_inputs']:>9,.0f}")
         print("search_unaligned (raw flat index) recall@10 vs re-indexing:",
-              ", ".join(f"overfetch {o}: {v['recall10_vs_reindex']:.3f} ({v['queries_per_s']:,.0f} q/s)" for o, v in k["unaligned"].items()))
+              ", ".join(f"overfetch {o}: {v['recall10_vs_reindex']:.3f} ({v['queries_per_s']:,.0f} q/s)"
+                        for o, v in k["unaligned"].items()))
     u = report.get("unaligned_real")
     if u:
         print("\nsearch_unaligned recall@10 vs re-indexing, real CLIP sets (16-shot fit, corpus = eval images):")
         for name, r in u.items():
             if name == "meta":
                 continue
-            print(f"  {name:<12} N={r['corpus']:>5}: " + ", ".join(f"{k.split('_')[-1]}x {v:.3f}" for k, v in r.items() if k.startswith("recall")))
+            recalls = ", ".join(f"{k.split('_')[-1]}x {v:.3f}" for k, v in r.items() if k.startswith("recall"))
+            print(f"  {name:<12} N={r['corpus']:>5}: {recalls}")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -331,8 +344,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--sections", nargs="+", default=["classify", "corpus", "unaligned_real"],
                         choices=["classify", "corpus", "unaligned_real"])
-    parser.add_argument("--quick", action="store_true", help="C=200, 20k queries, 50k corpus, IVF64 PQ32x4np/SQ8, 50 real steps")
+    parser.add_argument("--quick", action="store_true",
+                        help="C=200, 20k queries, 50k corpus, IVF64 PQ32x4np/SQ8, 50 real steps")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--data", type=Path, default=None, metavar="DIR",
+                        help="shared data folder of the unaligned_real section (default $LFA_SHARED_DATA)")
     return parser.parse_args(argv)
 
 
@@ -351,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": args.device, "faiss_gpu": faiss_gpu_available(), "cpu_count": os.cpu_count(),
         "faiss_threads": faiss.omp_get_max_threads(), "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-        "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__, "faiss": faiss.__version__},
+        "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
+                     "faiss": faiss.__version__},
         "load_average_at_start": os.getloadavg(),
     }
     report: dict[str, Any] = {}

@@ -64,9 +64,10 @@ class ClassifyBatch:
     """Ray Data callable class: loads an AlignedIndex once per actor and classifies pyarrow batches.
 
     Each output batch holds ``id_column`` (when given), ``keep_columns``, ``label_column`` (the
-    predicted class: int64, or string for named classes), ``score_column`` (aligned score, the cosine unless the classifier has class biases; float32)
-    and, when ``aligned_column`` is set, the aligned embedding ``index.transform(x)`` as a
-    ``fixed_size_list<float32>``. It also runs outside Ray: ``ClassifyBatch(path)(table)``.
+    predicted class: int64, or string for named classes), ``score_column`` (aligned score, the
+    cosine unless the classifier has class biases; float32) and, when ``aligned_column`` is set,
+    the aligned embedding ``index.transform(x)`` as a ``fixed_size_list<float32>``. It also runs
+    outside Ray: ``ClassifyBatch(path)(table)``.
 
     Parameters
     ----------
@@ -124,13 +125,19 @@ class ClassifyBatch:
             rejected = scores < self.reject_below
             labels = labels.astype(object) if self.index.unknown_label_ is None else labels
             labels[rejected] = self.index.unknown_label_
-        columns = {name: batch.column(name) for name in ((self.id_column,) if self.id_column else ()) + self.keep_columns}
+        names = ((self.id_column,) if self.id_column else ()) + self.keep_columns
+        columns = {name: batch.column(name) for name in names}
         label_type = pa.string() if self.index.label_space_ == "name" else pa.int64()
         columns[self.label_column] = pa.array(labels.tolist() if labels.dtype == object else labels, type=label_type)
         columns[self.score_column] = pa.array(scores.astype(np.float32))
         if self._aligned:
-            z = self.index.transform(x, self.index.corpus_mapping) if len(x) else np.empty((0, self._aligned_dim), np.float32)
-            columns[self.aligned_column] = pa.FixedSizeListArray.from_arrays(pa.array(z.ravel(), pa.float32()), z.shape[1])
+            if len(x):
+                z = self.index.transform(x, self.index.corpus_mapping)
+            else:
+                z = np.empty((0, self._aligned_dim), np.float32)
+            columns[self.aligned_column] = pa.FixedSizeListArray.from_arrays(
+                pa.array(z.ravel(), pa.float32()), z.shape[1]
+            )
         return pa.table(columns)
 
 
@@ -138,12 +145,16 @@ def embedding_matrix(batch: Any, column: str, dim: int) -> np.ndarray:
     """The ``column`` of a pyarrow table as a float32 (n, dim) array (list, large-list or fixed-size-list of floats)."""
     pa = import_extra("pyarrow", "distributed")
     if column not in batch.column_names:
-        raise SchemaError(f"the table has no column {column!r} (columns: {batch.column_names}); pass embedding_column=.")
+        raise SchemaError(
+            f"the table has no column {column!r} (columns: {batch.column_names}); pass embedding_column=."
+        )
     values = batch.column(column).combine_chunks()
     if len(values) == 0:
         return np.empty((0, dim), dtype=np.float32)
     if values.null_count:
-        raise InvalidInputError(f"column {column!r} has {values.null_count} null embedding(s); drop or fill those rows.")
+        raise InvalidInputError(
+            f"column {column!r} has {values.null_count} null embedding(s); drop or fill those rows."
+        )
     if isinstance(values.type, pa.ExtensionType) and hasattr(values, "to_numpy"):
         x = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32)  # Ray's tensor columns
     else:
@@ -354,7 +365,8 @@ def check_output(
             else f"{destination} holds {rows_out} rows, as many as {source}, but not the same {id_column!r} values"
         )
         raise RowCountError(
-            f"{found}: rows were lost or written twice; delete the output and run the job again (or pass overwrite=True)."
+            f"{found}: rows were lost or written twice; delete the output and run the job again "
+            "(or pass overwrite=True)."
         )
     return rows_in, rows_out
 
@@ -382,7 +394,9 @@ def _check_destination(destination: str, overwrite: bool) -> None:
         )
 
 
-def _check_schema(schema: Any, embedding_column: str, id_column: str | None, keep_columns: Sequence[str], dim: int) -> None:
+def _check_schema(
+    schema: Any, embedding_column: str, id_column: str | None, keep_columns: Sequence[str], dim: int
+) -> None:
     pa = import_extra("pyarrow", "distributed")
     names = list(schema.names)
     types = dict(zip(names, schema.types))
@@ -409,14 +423,17 @@ def _fingerprints(ray: Any, paths: Sequence[Any], id_column: str) -> list[tuple[
 
         column = batch.column(0)
         if column.null_count:
-            raise ValueError(f"id column {batch.column_names[0]!r} has {column.null_count} null(s); give every row an id.")
+            raise ValueError(
+                f"id column {batch.column_names[0]!r} has {column.null_count} null(s); give every row an id."
+            )
         z = column.to_numpy().astype(np.int64).view(np.uint64)
         with np.errstate(over="ignore"):  # splitmix64, in wrapping uint64 arithmetic
             z = z + np.uint64(0x9E3779B97F4A7C15)
             z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
             z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
             z = z ^ (z >> np.uint64(31))
-        return pa.table({"side": [side], "rows": [len(z)], "fingerprint": pa.array([int(z.sum(dtype=np.uint64))], pa.uint64())})
+        fingerprint = pa.array([int(z.sum(dtype=np.uint64))], pa.uint64())
+        return pa.table({"side": [side], "rows": [len(z)], "fingerprint": fingerprint})
 
     parts = [
         ray.data.read_parquet(path).select_columns([id_column]).map_batches(

@@ -100,7 +100,9 @@ def _check_target(target: Path) -> None:
     if not target.exists():
         return
     if not target.is_dir():
-        raise IndexPathError(f"{target} exists and is a file, not an index directory; choose another path or remove it.")
+        raise IndexPathError(
+            f"{target} exists and is a file, not an index directory; choose another path or remove it."
+        )
     if any(target.iterdir()) and not _is_index_dir(target):
         raise IndexPathError(
             f"{target} is a non-empty directory that is not an lfa-index; refusing to overwrite it. "
@@ -221,7 +223,9 @@ def _read_manifest(root: Path, kind: str) -> dict[str, Any]:
     except (ValueError, OSError) as err:
         raise IndexFormatError(f"{manifest_path} is corrupted ({err}); re-save the index.") from err
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise IndexFormatError(f"{root} holds a foreign {MANIFEST}, not an lfa-index; pass a directory written by save().")
+        raise IndexFormatError(
+            f"{root} holds a foreign {MANIFEST}, not an lfa-index; pass a directory written by save()."
+        )
     version = manifest.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise IndexFormatError(f"{manifest_path} has an invalid format_version {version!r}; re-save the index.")

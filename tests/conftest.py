@@ -1,12 +1,7 @@
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-# tests/ holds a helper module (synthetic.py) imported by several test files.
-sys.path.insert(0, str(Path(__file__).parent))
-
+# tests/ is on sys.path (pyproject's pytest `pythonpath`): test files import helpers like synthetic.py.
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 

@@ -10,11 +10,11 @@ import os
 import numpy as np
 import pytest
 
-from lfa_index import AlignedIndex
-from lfa_index import cli
-from lfa_index.adapters import OpenAIEmbeddingSource
+from lfa_index import AlignedIndex, cli
+from lfa_index.adapters import OpenAIEmbeddingSource, make_encoder
 from lfa_index.adapters.base import BaseSource
 from lfa_index.adapters.images import embed_image_items
+from lfa_index.cli import inputs as cli_inputs
 
 COMMANDS = ("fit", "predict", "search", "eval", "report", "demo")
 N_CLASSES, DIM = 5, 16
@@ -69,8 +69,9 @@ def files(tmp_path, problem):
 
 @pytest.fixture
 def index_dir(files, capsys):
-    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
-                       "--classes", files / "classes.txt", "--steps", 10, "--device", "cpu", "-o", files / "idx")
+    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz",
+                       "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt",
+                       "--steps", 10, "--device", "cpu", "-o", files / "idx")
     assert code == 0, err
     return files / "idx"
 
@@ -124,9 +125,9 @@ def test_fit_predict_search_round_trip_from_files(files, index_dir, capsys, prob
 
 
 def test_predict_with_integer_labels_names_the_classes_and_writes_a_file(files, capsys):
-    code, _, err = run(capsys, "fit", "-q", "--support", files / "support_int.npy", "--labels", files / "labels_int.npy",
-                       "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt", "--steps", 5,
-                       "--device", "cpu", "-o", files / "idx_int")
+    code, _, err = run(capsys, "fit", "-q", "--support", files / "support_int.npy",
+                       "--labels", files / "labels_int.npy", "--prototypes", files / "prototypes.npy",
+                       "--classes", files / "classes.txt", "--steps", 5, "--device", "cpu", "-o", files / "idx_int")
     assert code == 0, err
     code, out, err = run(capsys, "predict", "-q", files / "idx_int", "--queries", files / "eval.npz", "--top-k", 2,
                          "-o", files / "pred.csv")
@@ -145,7 +146,8 @@ def test_reject_below_marks_low_scoring_queries_unknown(index_dir, files, capsys
 def test_search_corpus_finds_each_corpus_row_first(files, index_dir, capsys, problem):
     _, _, _, X_test, _ = problem
     np.save(files / "corpus.npy", X_test)
-    code, out, err = run(capsys, "search", index_dir, "--queries", files / "eval.npz", "--corpus", files / "corpus.npy", "-k", 2)
+    code, out, err = run(capsys, "search", index_dir, "--queries", files / "eval.npz",
+                         "--corpus", files / "corpus.npy", "-k", 2)
     assert code == 0, err
     rows = read_csv(out)
     firsts = [r for r in rows if r["rank"] == "1"]
@@ -156,12 +158,13 @@ def test_search_corpus_finds_each_corpus_row_first(files, index_dir, capsys, pro
 def test_fit_with_a_corpus_saves_it_for_search(files, capsys, problem):
     _, _, _, X_test, _ = problem
     np.save(files / "corpus.npy", X_test)
-    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
-                       "--classes", files / "classes.txt", "--steps", 5, "--device", "cpu", "--corpus", files / "corpus.npy",
-                       "-o", files / "idx_corpus")
+    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz",
+                       "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt",
+                       "--steps", 5, "--device", "cpu", "--corpus", files / "corpus.npy", "-o", files / "idx_corpus")
     assert code == 0, err
     assert AlignedIndex.load(files / "idx_corpus").corpus_size_ == len(X_test)
-    code, out, _ = run(capsys, "search", files / "idx_corpus", "--queries", files / "eval.npz", "--target", "corpus", "-k", 1)
+    code, out, _ = run(capsys, "search", files / "idx_corpus", "--queries", files / "eval.npz",
+                       "--target", "corpus", "-k", 1)
     assert code == 0
     assert [int(r["id"]) for r in read_csv(out)] == list(range(len(X_test)))
 
@@ -221,7 +224,8 @@ def test_report_without_eval_rows_skips_the_per_class_figure(index_dir, files, c
     out_dir = files / "report_support"
     code, _, err = run(capsys, "report", "-q", index_dir, "-o", out_dir)
     assert code == 0, err
-    assert sorted(p.name for p in out_dir.glob("*.png")) == ["idx_hubness.png", "idx_modality_gap.png", "idx_similarity.png"]
+    pngs = sorted(p.name for p in out_dir.glob("*.png"))
+    assert pngs == ["idx_hubness.png", "idx_modality_gap.png", "idx_similarity.png"]
 
 
 # ----------------------------------------------------------------------------- bad inputs
@@ -236,8 +240,9 @@ def test_missing_api_key_fails_cleanly_before_any_request(files, capsys, monkeyp
 
 def test_empty_class_list_is_a_clean_error(files, capsys):
     (files / "empty.txt").write_text("\n  \n")
-    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
-                       "--classes", files / "empty.txt", "-o", files / "idx_empty")
+    code, _, err = run(capsys, "fit", "-q", "--support", files / "support.npz",
+                       "--prototypes", files / "prototypes.npy", "--classes", files / "empty.txt",
+                       "-o", files / "idx_empty")
     assert_clean_error(code, err, "lists no class names")
 
 
@@ -274,8 +279,8 @@ def test_giving_the_support_set_twice_is_a_clean_error(files, capsys):
 
 
 def test_integer_labels_without_class_names_cannot_embed_names(files, capsys):
-    code, _, err = run(capsys, "fit", "-q", "--support", files / "support_int.npy", "--labels", files / "labels_int.npy",
-                       "--text-model", "minilm", "-o", files / "idx_noname")
+    code, _, err = run(capsys, "fit", "-q", "--support", files / "support_int.npy",
+                       "--labels", files / "labels_int.npy", "--text-model", "minilm", "-o", files / "idx_noname")
     assert_clean_error(code, err, "--classes")
 
 
@@ -329,8 +334,8 @@ def image_folder(tmp_path, monkeypatch):
     (tmp_path / "images" / "red" / "broken.jpg").write_bytes(b"this is not a jpeg")
     prototypes = np.stack([np.tile(np.array(rgb, dtype=np.float32) / 255 + 0.05, 4) for rgb in colours.values()])
     np.save(tmp_path / "colours.npy", prototypes[np.argsort(list(colours))])  # folder names sort: blue, green, red
-    original = cli.make_encoder
-    monkeypatch.setattr(cli, "make_encoder", lambda spec, **kw: TinyImageSource(kw.get("strict", False))
+    original = cli_inputs.make_encoder
+    monkeypatch.setattr(cli_inputs, "make_encoder", lambda spec, **kw: TinyImageSource(kw.get("strict", False))
                         if spec == "tiny" else original(spec, **kw))
     return tmp_path
 
@@ -339,7 +344,8 @@ def test_unreadable_images_are_skipped_with_a_warning_and_a_count(image_folder, 
     code, _, err = run(capsys, "fit", "-q", "--images", image_folder / "images", "--model", "tiny", "--prototypes",
                        image_folder / "colours.npy", "--steps", 5, "--device", "cpu", "-o", image_folder / "idx")
     assert code == 0, err
-    assert "lfa-index: warning: skipped 1 of 10 unreadable image(s)" in err and "broken.jpg" in err and "--strict" in err
+    assert "lfa-index: warning: skipped 1 of 10 unreadable image(s)" in err
+    assert "broken.jpg" in err and "--strict" in err
     index = AlignedIndex.load(image_folder / "idx")
     assert len(index.support_labels_) == 9
     assert list(index.classes_) == ["blue", "green", "red"]
@@ -381,11 +387,14 @@ def test_prompt_queries_find_corpus_texts_through_the_aligned_index(tmp_path, ca
     corpus = ["is it possible to top up my balance by bank transfer", "my card still has not been delivered"]
     (tmp_path / "corpus.txt").write_text("\n".join(corpus) + "\n")
     common = ["--model", "minilm", "--cache-dir", tmp_path / "cache", "--device", "cpu"]
-    assert run(capsys, "fit", "-q", "--texts", tmp_path / "texts.csv", "--steps", 5, *common, "-o", tmp_path / "idx")[0] == 0
-    source = cli.make_encoder("minilm", cache_dir=tmp_path / "cache", progress=False, device="cpu")
+    code, _, err = run(capsys, "fit", "-q", "--texts", tmp_path / "texts.csv", "--steps", 5, *common,
+                       "-o", tmp_path / "idx")
+    assert code == 0, err
+    source = make_encoder("minilm", cache_dir=tmp_path / "cache", progress=False, device="cpu")
     np.save(tmp_path / "corpus.npy", source.embed_texts(corpus))
     code, out, err = run(capsys, "search", "-q", tmp_path / "idx", "--prompt", "top up", "--prompt", "card arrival",
-                         "--text-model", "minilm", "--corpus", tmp_path / "corpus.npy", "-k", 1, "--cache-dir", tmp_path / "cache")
+                         "--text-model", "minilm", "--corpus", tmp_path / "corpus.npy", "-k", 1,
+                         "--cache-dir", tmp_path / "cache")
     assert code == 0, err
     assert [(r["query"], r["id"]) for r in read_csv(out)] == [("top up", "0"), ("card arrival", "1")]
 
@@ -417,7 +426,8 @@ def test_quick_demo_runs_end_to_end_and_prints_what_it_saved(tmp_path, capsys):
     printed = out.split("[1] Banking77")[1].split("\n\n")[0].splitlines()
     row_4 = next(line.split() for line in printed if line.split()[:1] == ["4"])
     saved = banking["accuracy"]["4"]
-    expected = [f"{100 * saved[m]['mean']:.1f}" for m in ("zero_shot", "nearest_class_mean", "knn", "linear_probe", "lfa")]
+    methods = ("zero_shot", "nearest_class_mean", "knn", "linear_probe", "lfa")
+    expected = [f"{100 * saved[m]['mean']:.1f}" for m in methods]
     assert row_4[1:] == expected
     assert saved["lfa"]["mean"] > 0.5  # 20 intents: chance is 5%
     assert (out_dir / "banking77_modality_gap.png").read_bytes().startswith(PNG_SIGNATURE)

@@ -49,12 +49,14 @@ def table(tmp_path_factory):
     support = (text[labels] @ mix + 0.8 * rng.standard_normal((len(labels), D_IMG))).astype(np.float32)
     index = AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
     index_path = index.save(root / "index")
-    X = (text[rng.integers(0, len(NAMES), N_ROWS)] @ mix + 0.8 * rng.standard_normal((N_ROWS, D_IMG))).astype(np.float32)
+    classes = rng.integers(0, len(NAMES), N_ROWS)
+    X = (text[classes] @ mix + 0.8 * rng.standard_normal((N_ROWS, D_IMG))).astype(np.float32)
     ids = rng.permutation(N_ROWS).astype(np.int64) * 10  # non-consecutive, unordered ids
     source = root / "embeddings"
     source.mkdir()
     for part, rows in enumerate(np.array_split(np.arange(N_ROWS), 4)):
-        pq.write_table(_embedding_table(ids[rows], X[rows], extra=rows), source / f"part-{part}.parquet", row_group_size=1000)
+        table = _embedding_table(ids[rows], X[rows], extra=rows)
+        pq.write_table(table, source / f"part-{part}.parquet", row_group_size=1000)
     return index, index_path, source, X, ids
 
 

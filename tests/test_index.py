@@ -58,7 +58,9 @@ def fitted(task):
 
 
 # ------------------------------------------------------------------ exact folded search
-@pytest.mark.parametrize("d_img,d_txt", [(32, 32), (48, 32), (32, 48)], ids=["same-dim", "image-projection", "text-projection"])
+@pytest.mark.parametrize(
+    "d_img,d_txt", [(32, 32), (48, 32), (32, 48)], ids=["same-dim", "image-projection", "text-projection"]
+)
 def test_folded_topk_equals_normalised_topk(d_img, d_txt):
     support, labels, text, queries, _ = make_task(d_img, d_txt, n_classes=40, shots=2, seed=1)
     index = AlignedIndex(**OPTIONS).fit(support, labels, text)
@@ -104,7 +106,8 @@ def test_k_larger_than_the_number_of_classes_returns_every_class(fitted, task):
 
 def test_every_lfa_option_passes_through_to_the_core(task):
     support, labels, text, _, _ = task
-    index = AlignedIndex(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3).fit(support, labels, text)
+    index = AlignedIndex(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3)
+    index.fit(support, labels, text)
     assert index.lfa_.beta_ == 0.25 and index.lfa_.steps_ == 3 and index.lfa_.k == 2
     assert index.get_params()["temperature"] == 0.05
     lfa = LFA(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3).fit(support, labels, text)

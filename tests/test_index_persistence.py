@@ -58,7 +58,9 @@ def answers(ix, data):
 def assert_same(a, b):
     assert a.keys() == b.keys()
     for key in a:
-        for x, y in zip(a[key] if isinstance(a[key], tuple) else (a[key],), b[key] if isinstance(b[key], tuple) else (b[key],)):
+        left = a[key] if isinstance(a[key], tuple) else (a[key],)
+        right = b[key] if isinstance(b[key], tuple) else (b[key],)
+        for x, y in zip(left, right):
             np.testing.assert_array_equal(x, y, err_msg=key)
 
 
@@ -73,7 +75,8 @@ def test_save_then_load_gives_identical_answers(index, data, tmp_path):
 
 def test_directory_holds_safetensors_json_and_faiss_files_with_checksums(index, tmp_path):
     path = index.save(tmp_path / "ix")
-    assert sorted(p.name for p in path.iterdir()) == ["arrays.safetensors", "corpus.faiss", "manifest.json", "params.json"]
+    files = sorted(p.name for p in path.iterdir())
+    assert files == ["arrays.safetensors", "corpus.faiss", "manifest.json", "params.json"]
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == "lfa-index" and manifest["format_version"] == persistence.FORMAT_VERSION
     assert set(manifest["files"]) == {"arrays.safetensors", "corpus.faiss", "params.json"}

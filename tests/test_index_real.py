@@ -1,20 +1,20 @@
 """AlignedIndex on real embeddings: CLIP ViT-B/32 images of DTD vs MiniLM class names (512 -> 384).
 
-The data lives in shared/data (see its README.md); the test is skipped where it is absent.
+The data lives in the shared data folder named by $LFA_SHARED_DATA (see its README.md); the tests
+are skipped when the variable is unset or the folder lacks DTD's features.
 MiniLM embeddings of the class names are cached in pytest's cache directory.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
 from lfa_index import LFA, AlignedIndex
+from lfa_index.data import SHARED_DATA_ENV, find_shared_data, has_clip_set
 
 TEMPLATE = "a photo of a {name}."
 OPTIONS = dict(steps=50, device="cpu", random_state=0)
@@ -24,19 +24,11 @@ FIXED_BETA = dict(OPTIONS, beta=0.15)  # what beta="auto" picks here, without th
 pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
-def data_root() -> Path | None:
-    candidates = [os.environ.get("LFA_BENCH_DATA"), Path(__file__).resolve().parents[2] / "shared" / "data", "/work/shared/data"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / "clip_vitb32" / "dtd" / "test_f.npy").exists():
-            return Path(candidate)
-    return None
-
-
 @pytest.fixture(scope="module")
 def dtd(request):
-    root = data_root()
-    if root is None:
-        pytest.skip("shared/data/clip_vitb32/dtd is not available")
+    root = find_shared_data()
+    if root is None or not has_clip_set(root, "dtd"):
+        pytest.skip(f"set {SHARED_DATA_ENV} to the shared data folder (holding clip_vitb32/dtd) to run these tests")
     folder = root / "clip_vitb32" / "dtd"
     names = [n.replace("_", " ") for n in json.loads((folder / "classnames.json").read_text())]
     key = "lfa-index/minilm/dtd/" + TEMPLATE
@@ -52,8 +44,9 @@ def dtd(request):
     rng = np.random.default_rng(0)
     shots = np.concatenate([rng.choice(np.flatnonzero(pool_y == c), 4, replace=False) for c in range(len(names))])
     return {
-        "support": pool_x[shots], "labels": pool_y[shots].astype(np.int64), "text": np.asarray(text, dtype=np.float32),
-        "names": names, "test_x": np.load(folder / "test_f.npy").astype(np.float32), "test_y": np.load(folder / "test_l.npy"),
+        "support": pool_x[shots], "labels": pool_y[shots].astype(np.int64),
+        "text": np.asarray(text, dtype=np.float32), "names": names,
+        "test_x": np.load(folder / "test_f.npy").astype(np.float32), "test_y": np.load(folder / "test_l.npy"),
     }
 
 

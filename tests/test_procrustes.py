@@ -1,9 +1,13 @@
 import numpy as np
 import torch
+from synthetic import normalize, planted_gap_problem, random_orthogonal
 
 from lfa_index import LFA
 from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta, support_splits
-from synthetic import normalize, planted_gap_problem, random_orthogonal
+
+
+def f32(a: np.ndarray) -> torch.Tensor:
+    return torch.tensor(a, dtype=torch.float32)
 
 
 def test_orthogonal_procrustes_recovers_a_planted_rotation():
@@ -54,10 +58,9 @@ def test_beta_cross_validation_prefers_identity_when_already_aligned_and_procrus
     y = np.repeat(np.arange(10), 8)
     aligned = normalize(protos[y] + 0.45 * rng.standard_normal((80, 32)))
     rotated = aligned @ random_orthogonal(32, seed=9)
-    t = lambda a: torch.tensor(a, dtype=torch.float32)
     betas = np.round(np.linspace(0, 1, 21), 2)
-    beta_aligned, _, how = select_beta(t(aligned), torch.tensor(y), t(protos), betas=betas, random_state=0)
-    beta_rotated, scores, _ = select_beta(t(rotated), torch.tensor(y), t(protos), betas=betas, random_state=0)
+    beta_aligned, _, how = select_beta(f32(aligned), torch.tensor(y), f32(protos), betas=betas, random_state=0)
+    beta_rotated, scores, _ = select_beta(f32(rotated), torch.tensor(y), f32(protos), betas=betas, random_state=0)
     assert how == "cv"
     assert beta_aligned >= 0.5
     assert beta_rotated <= 0.3
@@ -85,11 +88,10 @@ def test_one_shot_beta_falls_back_to_procrustes_when_the_identity_is_at_chance()
     protos = normalize(rng.standard_normal((30, 32)))
     unrelated = normalize(rng.standard_normal((30, 32)))  # images from an unrelated encoder
     y = torch.arange(30)
-    t = lambda a: torch.tensor(a, dtype=torch.float32)
     betas = np.round(np.linspace(0, 1, 21), 2)
-    beta, scores, how = select_beta(t(unrelated), y, t(protos), betas=betas, random_state=0)
+    beta, scores, how = select_beta(f32(unrelated), y, f32(protos), betas=betas, random_state=0)
     assert (beta, scores, how) == (0.0, None, "procrustes-fallback")
     # same model: the identity is informative, β is chosen by class-disjoint folds
     related = normalize(protos + 0.5 * rng.standard_normal((30, 32)))
-    beta, scores, how = select_beta(t(related), y, t(protos), betas=betas, random_state=0)
+    beta, scores, how = select_beta(f32(related), y, f32(protos), betas=betas, random_state=0)
     assert how == "class-disjoint-cv" and beta >= 0.5 and scores.shape == (21,)

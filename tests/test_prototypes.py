@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
+from benchmarks.baselines import gda_discriminant
 from lfa_index.core.prototypes import (
     class_means,
     class_scores,
@@ -16,9 +14,6 @@ from lfa_index.core.prototypes import (
     shared_precision,
     support_prototypes,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.baselines import gda_discriminant  # noqa: E402
 
 
 def rows(n_classes=6, shots=5, d=10, seed=0, spread=0.6):

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from lfa_index import AlignedIndex, LabelError
-from lfa_index import baselines
+from benchmarks import baselines as bench_baselines
+from benchmarks import data as bench_data
+from lfa_index import AlignedIndex, LabelError, baselines
 from lfa_index.reporting import (
     FewShotTask,
     alignment_section,
@@ -20,11 +18,6 @@ from lfa_index.reporting import (
     write_report,
 )
 from lfa_index.reporting.evaluation import FewShotResults
-
-# benchmarks/ sits at the repository root and is not installed: make it importable under any runner.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import baselines as bench_baselines  # noqa: E402
-from benchmarks import data as bench_data  # noqa: E402
 
 OPTIONS = dict(steps=20, device="cpu", random_state=0)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -152,7 +145,8 @@ def test_zero_shot_is_left_out_across_models(problem):
 
 
 def test_table_shows_mean_and_spread_over_seeds_and_na_for_missing_cells():
-    task = FewShotTask("t", np.zeros((1, 2)), np.zeros(1, int), np.zeros((1, 2)), np.zeros(1, int), np.eye(2), ["a", "b"], True)
+    task = FewShotTask("t", np.zeros((1, 2)), np.zeros(1, int), np.zeros((1, 2)), np.zeros(1, int), np.eye(2),
+                       ["a", "b"], True)
     results = FewShotResults(task, (1, 4), (0, 1), ("nearest_class_mean", "lfa"))
     results.accuracy[(1, "nearest_class_mean")] = [0.5, 0.7]
     results.accuracy[(1, "lfa")] = [0.9, 0.9]
@@ -170,7 +164,9 @@ def test_report_writes_readable_pngs_and_a_page_that_shows_them(fitted, problem,
                                 eval_labels=[f"class {i}" for i in y_test])
     page = write_report(tmp_path, [section], results={"ok": 1})
     files = [f for f, _ in section.figures]
-    assert files == ["planted_modality_gap.png", "planted_hubness.png", "planted_similarity.png", "planted_per_class.png"]
+    assert files == [
+        "planted_modality_gap.png", "planted_hubness.png", "planted_similarity.png", "planted_per_class.png"
+    ]
     html = page.read_text()
     for f in files:
         data = (tmp_path / f).read_bytes()

@@ -180,7 +180,9 @@ def _own_corpus_search(index, images, ids, text_queries, k, path):
     return own.search_text(text_queries, k=k)
 
 
-def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_overfetch(index, corpus, milvus_uri, tmp_path):
+def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_overfetch(
+    index, corpus, milvus_uri, tmp_path
+):
     images, text_queries = corpus
     ids = np.arange(len(images))
     _, exact = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
@@ -266,7 +268,9 @@ def test_collection_without_the_embedding_field_is_a_schema_error(milvus_uri):
 
 def test_cosine_collection_cannot_hold_folded_prototypes(milvus_uri, index):
     client = pymilvus.MilvusClient(milvus_uri)
-    client.create_collection("cosine", dimension=index.n_features_in_, vector_field_name="embedding", metric_type="COSINE")
+    client.create_collection(
+        "cosine", dimension=index.n_features_in_, vector_field_name="embedding", metric_type="COSINE"
+    )
     client.close()
     with MilvusStore(milvus_uri, "cosine") as store, pytest.raises(SchemaError, match="metric IP"):
         write_prototypes(index, store)

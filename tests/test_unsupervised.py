@@ -1,10 +1,9 @@
 import numpy as np
+import torch
+from synthetic import planted_gap_problem
 
 from lfa_index import LFA
 from lfa_index.core.sinkhorn import sinkhorn_assignments
-from synthetic import planted_gap_problem
-
-import torch
 
 
 def test_sinkhorn_assignments_are_soft_and_balanced():

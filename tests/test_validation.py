@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from synthetic import planted_gap_problem
 
 from lfa_index import (
     LFA,
@@ -12,7 +13,6 @@ from lfa_index import (
     ShapeError,
     ZeroNormError,
 )
-from synthetic import planted_gap_problem
 
 
 @pytest.fixture

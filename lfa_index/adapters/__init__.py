@@ -14,8 +14,10 @@ from .errors import (
     MissingAPIKeyError,
     MissingDependencyError,
     ModelUnavailableError,
+    RandomWeightsWarning,
     SkippedInputWarning,
     TruncationWarning,
+    UnknownEncoderError,
     UnreadableImageError,
     UnsupportedModalityError,
 )
@@ -29,6 +31,7 @@ from .prompts import (
     VIDEO_FRAME_TEMPLATE,
     prompt_ensemble,
 )
+from .registry import ENCODER_FORMS, make_encoder, minilm_path
 from .sentence_transformer import SentenceTransformerSource
 from .vision import VisionBackboneSource
 
@@ -41,6 +44,9 @@ __all__ = [
     "OpenCLIPSource",
     "VisionBackboneSource",
     "load_embeddings",
+    "make_encoder",
+    "minilm_path",
+    "ENCODER_FORMS",
     "prompt_ensemble",
     "PHOTO_TEMPLATE",
     "VIDEO_FRAME_TEMPLATE",
@@ -54,6 +60,8 @@ __all__ = [
     "UnsupportedModalityError",
     "UnreadableImageError",
     "FileFormatError",
+    "UnknownEncoderError",
     "TruncationWarning",
     "SkippedInputWarning",
+    "RandomWeightsWarning",
 ]

@@ -37,9 +37,17 @@ class FileFormatError(InvalidInputError):
     """An embeddings file has an unknown extension, lacks a key/column, or holds the wrong type."""
 
 
+class UnknownEncoderError(LFAIndexError, ValueError):
+    """An encoder SPEC string (``minilm``, ``st:NAME``, ``openai:MODEL``...) names no known source."""
+
+
 class TruncationWarning(UserWarning):
     """Some texts were longer than the model's maximum length and were truncated."""
 
 
 class SkippedInputWarning(UserWarning):
     """Some inputs (unreadable images) were skipped; ``skipped_`` on the source lists them."""
+
+
+class RandomWeightsWarning(UserWarning):
+    """A vision backbone was named without a checkpoint, so it keeps random weights."""

@@ -6,7 +6,7 @@ Example
 >>> subset = banking77_subset()
 >>> len(subset.train_texts), len(subset.class_names)
 (1848, 77)
->>> root = find_shared_data()          # None when /work/shared/data is not there
+>>> root = find_shared_data()          # None when $LFA_SHARED_DATA is unset or not a folder
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ BANKING77_CREDIT = (
 )
 SHARED_DATA_ENV = "LFA_SHARED_DATA"
 CLIP_SETS: tuple[str, ...] = ("caltech101", "dtd", "oxford_pets")
+CLIP_FILES: tuple[str, ...] = ("classnames.json", "val_f.npy", "val_l.npy", "test_f.npy", "test_l.npy")
 
 
 @dataclass(frozen=True)
@@ -75,38 +76,30 @@ def banking77_subset() -> LabelledTexts:
     )
 
 
-def repository_root() -> Path | None:
-    """The source checkout this package runs from (editable install), or None for a wheel."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").is_file() else None
-
-
 def find_shared_data(explicit: str | os.PathLike | None = None) -> Path | None:
-    """The shared data folder: ``explicit``, else ``$LFA_SHARED_DATA``, else ``<repo>/../shared/data``.
+    """The shared data folder: ``explicit``, else ``$LFA_SHARED_DATA``, else None.
 
-    Returns None when the folder does not exist. An ``explicit`` folder that does not exist raises
-    :class:`InvalidInputError` (the user asked for it).
+    Returns None when ``$LFA_SHARED_DATA`` is unset or not a folder. An ``explicit`` folder that
+    does not exist raises :class:`InvalidInputError` (the user asked for it).
     """
     if explicit is not None:
         path = Path(explicit).expanduser()
         if not path.is_dir():
-            raise InvalidInputError(f"--data {path} is not a folder; point it at the shared data folder (holding clip_vitb32/).")
+            raise InvalidInputError(
+                f"--data {path} is not a folder; point it at the shared data folder (holding clip_vitb32/)."
+            )
         return path
     env = os.environ.get(SHARED_DATA_ENV, "").strip()
-    if env:
-        path = Path(env).expanduser()
-        return path if path.is_dir() else None
-    root = repository_root()
-    if root is None:
+    if not env:
         return None
-    path = (root.parent / "shared" / "data").resolve()
+    path = Path(env).expanduser()
     return path if path.is_dir() else None
 
 
 def has_clip_set(root: Path, name: str) -> bool:
     """True when ``root/clip_vitb32/name`` holds the feature files of one CLIP set."""
     folder = Path(root) / "clip_vitb32" / name
-    return all((folder / f).is_file() for f in ("classnames.json", "val_f.npy", "val_l.npy", "test_f.npy", "test_l.npy"))
+    return all((folder / f).is_file() for f in CLIP_FILES)
 
 
 def load_clip_features(root: Path, name: str) -> ImageFeatures:
@@ -116,7 +109,7 @@ def load_clip_features(root: Path, name: str) -> ImageFeatures:
     """
     folder = Path(root) / "clip_vitb32" / name
     if not has_clip_set(root, name):
-        raise InvalidInputError(f"{folder} lacks the CLIP feature files (classnames.json, val_f.npy, val_l.npy, test_f.npy, test_l.npy).")
+        raise InvalidInputError(f"{folder} lacks the CLIP feature files ({', '.join(CLIP_FILES)}).")
 
     def features(file: str) -> np.ndarray:
         x = np.load(folder / file, allow_pickle=False).astype(np.float32)

@@ -132,14 +132,13 @@ def alignment_section(
         for method in ("nearest_class_mean", "linear_probe"):
             predictions[BASELINES[method].label] = BASELINES[method].predict(support, y_support, None, x_eval)
         predictions["LFA"] = class_positions(index, index.predict(x_eval))
-        add("per_class", figures.per_class_figure(y_eval, predictions, stages.class_names,
-                                                  title=f"{title or name}: per-class accuracy ({len(y_eval)} eval rows)"),
-            "Accuracy of each class on the eval rows, classes sorted by LFA's accuracy; the grey bar runs from the best "
-            "baseline to LFA. Baselines are fitted on the index's support set"
+        per_class_title = f"{title or name}: per-class accuracy ({len(y_eval)} eval rows)"
+        add("per_class", figures.per_class_figure(y_eval, predictions, stages.class_names, title=per_class_title),
+            "Accuracy of each class on the eval rows, classes sorted by LFA's accuracy; the grey bar runs from the "
+            "best baseline to LFA. Baselines are fitted on the index's support set"
             + (" (zero-shot uses no support)." if stages.same_space else "."))
-        section.lines.append(
-            "Eval accuracy: " + ", ".join(f"{m} {100 * np.mean(p == y_eval):.1f}%" for m, p in predictions.items()) + "."
-        )
+        accuracies = ", ".join(f"{m} {100 * np.mean(p == y_eval):.1f}%" for m, p in predictions.items())
+        section.lines.append(f"Eval accuracy: {accuracies}.")
     return section
 
 

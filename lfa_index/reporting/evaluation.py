@@ -106,7 +106,10 @@ class FewShotResults:
             "seeds": list(self.seeds),
             "lfa_options": dict(self.lfa_options),
             "accuracy": {
-                str(k): {m: {"per_seed": self.accuracy.get((k, m)), "mean": _none_if_nan(self.mean(k, m))} for m in self.methods}
+                str(k): {
+                    m: {"per_seed": self.accuracy.get((k, m)), "mean": _none_if_nan(self.mean(k, m))}
+                    for m in self.methods
+                }
                 for k in self.shots
             },
         }
@@ -142,7 +145,9 @@ def run_few_shot(
     if unknown:
         raise InvalidParameterError(f"unknown method(s) {unknown}; choose from {sorted(METHOD_LABELS)}.")
     options = dict(lfa_options or {})
-    results = FewShotResults(task, tuple(int(k) for k in shots), tuple(int(s) for s in seeds), methods, lfa_options=options)
+    results = FewShotResults(
+        task, tuple(int(k) for k in shots), tuple(int(s) for s in seeds), methods, lfa_options=options
+    )
     # zero-shot looks at no support row: one score, repeated for every (shots, seed)
     zero_shot_accuracy = None
     if "zero_shot" in methods:

@@ -86,7 +86,10 @@ def _rank_histogram(ranks: np.ndarray, n_classes: int) -> tuple[list[str], np.nd
         if low >= n_classes:
             break
         high = min(high, n_classes - 1)
-        names.append(str(low) if low == high else (f"{low}+" if high == n_classes - 1 and high - low > 9 else f"{low}–{high}"))
+        if low == high:
+            names.append(str(low))
+        else:
+            names.append(f"{low}+" if high == n_classes - 1 and high - low > 9 else f"{low}–{high}")
         shares.append(np.mean((ranks >= low) & (ranks <= high)))
     return names, 100 * np.asarray(shares)
 
@@ -132,7 +135,8 @@ def similarity_figure(stages: AlignmentStages, *, title: str = "") -> bytes:
         sims[np.arange(len(labels)), labels] = -np.inf
         margin = own - sims.max(axis=1)
         style = dict(histtype="step", color=STAGE_COLORS[stage], linewidth=1.8)
-        ax_cos.hist(own, bins=np.linspace(-0.2, 1.0, 61), label=f"{stages.stage_label(stage)}: median {np.median(own):.2f}", **style)
+        ax_cos.hist(own, bins=np.linspace(-0.2, 1.0, 61),
+                    label=f"{stages.stage_label(stage)}: median {np.median(own):.2f}", **style)
         ax_margin.hist(margin, bins=np.linspace(-0.5, 0.5, 61),
                        label=f"{stages.stage_label(stage)}: {100 * np.mean(margin > 0):.1f}% > 0", **style)
     ax_cos.set_xlabel("cosine similarity to the true class prototype")
@@ -173,8 +177,9 @@ def per_class_figure(
     for i, m in enumerate(methods):
         filled = m == main
         ax.scatter(
-            acc[m][order], y, marker=METHOD_MARKERS[i % len(METHOD_MARKERS)], s=34 if filled else 26, zorder=3 if filled else 2,
-            facecolors=STAGE_COLORS["lfa"] if filled else "none", edgecolors=STAGE_COLORS["lfa"] if filled else f"C{i + 1}",
+            acc[m][order], y, marker=METHOD_MARKERS[i % len(METHOD_MARKERS)], s=34 if filled else 26,
+            zorder=3 if filled else 2, facecolors=STAGE_COLORS["lfa"] if filled else "none",
+            edgecolors=STAGE_COLORS["lfa"] if filled else f"C{i + 1}",
             linewidths=1.1, label=f"{m}: mean {np.mean(acc[m]):.1f}%",
         )
     ax.set_yticks(y, [class_names[c] for c in classes[order]], fontsize=7 if len(classes) > 40 else 9)

@@ -1,8 +1,10 @@
-"""Vector stores for aligned prototypes and corpora: FAISS in process, Milvus beyond it.
+"""Vector stores for aligned prototypes and corpora: FAISS in process; Milvus, Qdrant, Chroma and LanceDB beyond it.
 
-:class:`VectorStore` is the small protocol; :class:`FaissStore` and :class:`MilvusStore` implement
-it (pymilvus is imported only when a MilvusStore is opened: ``pip install 'lfa-index[milvus]'``).
-The functions of :mod:`.aligned` put an AlignedIndex's prototypes or corpora in any store.
+:class:`VectorStore` is the small protocol; :class:`FaissStore`, :class:`MilvusStore`,
+:class:`QdrantStore`, :class:`ChromaStore` and :class:`LanceDBStore` implement it. Each engine's
+client is imported only when its store is opened (``pip install 'lfa-index[milvus]'``, ``[qdrant]``,
+``[chroma]``, ``[lancedb]``). The functions of :mod:`.aligned` put an AlignedIndex's prototypes or
+corpora in any store.
 
 Example
 -------
@@ -23,14 +25,20 @@ from .aligned import (
     write_prototypes,
 )
 from .base import VectorStore
+from .chroma import ChromaStore
 from .errors import MissingExtraError, SchemaError, StoreUnavailableError
 from .faiss_store import FaissStore
+from .lancedb_store import LanceDBStore
 from .milvus import MilvusStore
+from .qdrant import QdrantStore
 
 __all__ = [
     "VectorStore",
     "FaissStore",
     "MilvusStore",
+    "QdrantStore",
+    "ChromaStore",
+    "LanceDBStore",
     "MAPPING_FIELD",
     "prototype_dim",
     "write_prototypes",

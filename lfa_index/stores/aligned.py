@@ -147,7 +147,9 @@ def add_aligned(
     return store
 
 
-def search_aligned(index: AlignedIndex, store: VectorStore, text_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+def search_aligned(
+    index: AlignedIndex, store: VectorStore, text_emb: Any, k: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
     """Text -> image search in a corpus filled by :func:`add_aligned`: ``(scores, ids)``, (n, k), best first.
 
     Exact on a flat index; equals ``index.search_text`` over the same images.
@@ -230,7 +232,9 @@ def support_from_store(
     elif all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
         values = values.astype(np.int64)
     else:
-        raise SchemaError(f"field {label_field!r} of {store.location} must hold class names (str) or class indices (int).")
+        raise SchemaError(
+            f"field {label_field!r} of {store.location} must hold class names (str) or class indices (int)."
+        )
     return np.concatenate(vectors)[order], values
 
 

@@ -1,7 +1,8 @@
 """The store protocol: a collection of vectors with int64 ids and scalar fields, searched by inner product.
 
-Two stores implement it: :class:`~lfa_index.stores.FaissStore` (in-process) and
-:class:`~lfa_index.stores.MilvusStore` (Milvus Lite, a server or a cluster, by URI). The
+:class:`~lfa_index.stores.FaissStore` (in-process), :class:`~lfa_index.stores.MilvusStore`,
+:class:`~lfa_index.stores.QdrantStore`, :class:`~lfa_index.stores.ChromaStore` and
+:class:`~lfa_index.stores.LanceDBStore` (embedded or a server, by URI) implement it. The
 functions of :mod:`lfa_index.stores.aligned` put an AlignedIndex's prototypes or corpora in any
 of them.
 
@@ -47,8 +48,11 @@ class VectorStore(Protocol):
     def count(self) -> int:
         """Number of rows held."""
 
-    def add(self, vectors: np.ndarray, ids: np.ndarray, fields: Mapping[str, Sequence[Any]] | None = None) -> "VectorStore":
-        """Insert (or replace) rows: ``vectors`` (n, dim), ``ids`` (n,) int64, one value per row per field; returns the store."""
+    def add(
+        self, vectors: np.ndarray, ids: np.ndarray, fields: Mapping[str, Sequence[Any]] | None = None
+    ) -> "VectorStore":
+        """Insert (or replace) rows: ``vectors`` (n, dim), ``ids`` (n,) int64, one value per row per field;
+        returns the store."""
 
     def clear(self) -> None:
         """Remove every row."""
@@ -59,7 +63,9 @@ class VectorStore(Protocol):
     def get(self, ids: np.ndarray) -> np.ndarray:
         """Vectors of ``ids`` (n, dim), in the order of ``ids``."""
 
-    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+    def scan(
+        self, fields: Sequence[str], batch_size: int = 4096
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
         """Every row, batch by batch: ``(ids, vectors, {field: values})``."""
 
 
@@ -82,7 +88,9 @@ def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors
     return arr
 
 
-def check_fields(fields: Mapping[str, Sequence[Any]] | None, n_rows: int, reserved: Sequence[str]) -> dict[str, list[Any]]:
+def check_fields(
+    fields: Mapping[str, Sequence[Any]] | None, n_rows: int, reserved: Sequence[str]
+) -> dict[str, list[Any]]:
     """Scalar fields as plain Python lists (str, int, float, bool), one value per row."""
     out: dict[str, list[Any]] = {}
     for name, values in (fields or {}).items():

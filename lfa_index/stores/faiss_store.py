@@ -77,7 +77,8 @@ class FaissStore:
         values = check_fields(fields, len(x), reserved=())
         if self.count() and set(values) != set(self._fields):
             raise InvalidInputError(
-                f"fields {sorted(values)} differ from the fields already held {sorted(self._fields)}; pass the same fields."
+                f"fields {sorted(values)} differ from the fields already held {sorted(self._fields)}; "
+                "pass the same fields."
             )
         held = np.isin(self._ids, new_ids)
         if held.any():
@@ -107,7 +108,9 @@ class FaissStore:
             keep = np.ones(len(self._ids), dtype=bool)
             for name, value in filters.items():
                 if name not in self._fields:
-                    raise SchemaError(f"where names field {name!r}, but {self.location} holds fields {sorted(self._fields)}.")
+                    raise SchemaError(
+                        f"where names field {name!r}, but {self.location} holds fields {sorted(self._fields)}."
+                    )
                 keep &= self._fields[name] == value
             params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(self._ids[keep]))
         scores, ids = self._index.search(q, k, params=params)
@@ -122,7 +125,9 @@ class FaissStore:
             raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")
         return self._index.reconstruct_batch(wanted)
 
-    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+    def scan(
+        self, fields: Sequence[str], batch_size: int = 4096
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
         """Every row, ``batch_size`` at a time: ``(ids, vectors, {field: values})``."""
         check_number(batch_size, "batch_size", low=1, integer=True)
         unknown = sorted(set(fields) - set(self._fields))
@@ -132,4 +137,5 @@ class FaissStore:
             )
         for start in range(0, len(self._ids), batch_size):
             ids = self._ids[start : start + batch_size]
-            yield ids, self._index.reconstruct_batch(ids), {f: self._fields[f][start : start + batch_size] for f in fields}
+            values = {f: self._fields[f][start : start + batch_size] for f in fields}
+            yield ids, self._index.reconstruct_batch(ids), values

@@ -127,7 +127,9 @@ class MilvusStore:
         )
 
     def _inspect(self, dim: int | None) -> tuple[int, str, str]:
-        info = self._call("describe the collection", self._client.describe_collection, self.collection, timeout=self.timeout)
+        info = self._call(
+            "describe the collection", self._client.describe_collection, self.collection, timeout=self.timeout
+        )
         fields = {f["name"]: f for f in info["fields"]}
         pymilvus = _pymilvus()
         vector_fields = [n for n, f in fields.items() if f["type"] == pymilvus.DataType.FLOAT_VECTOR]
@@ -150,7 +152,9 @@ class MilvusStore:
                 "create a collection with an INT64 id field."
             )
         metric = "IP"
-        indexes = self._call("list indexes", self._client.list_indexes, self.collection, field_name=self.embedding_field)
+        indexes = self._call(
+            "list indexes", self._client.list_indexes, self.collection, field_name=self.embedding_field
+        )
         if indexes:
             described = self._call(
                 "describe the index", self._client.describe_index, self.collection, indexes[0], timeout=self.timeout
@@ -242,14 +246,17 @@ class MilvusStore:
                 output_fields=[self.embedding_field], timeout=self.timeout, consistency_level="Strong",
             )
             if rows:
-                slots = np.searchsorted(unique, np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows)))
+                held = np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows))
+                slots = np.searchsorted(unique, held)
                 out[slots] = np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
                 found[slots] = True
         if not found.all():
             raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
         return out[np.searchsorted(unique, wanted)]
 
-    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
+    def scan(
+        self, fields: Sequence[str], batch_size: int = 4096
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
         """Every row, ``batch_size`` at a time (a pymilvus query iterator): ``(ids, vectors, {field: values})``."""
         check_number(batch_size, "batch_size", low=1, high=_MAX_TOPK, integer=True)
         fields = list(fields)

@@ -158,7 +158,8 @@ def test_importing_adapters_loads_no_optional_package():
         "import sys, lfa_index\n"
         "before = set(sys.modules)\n"
         "import lfa_index.adapters\n"
-        "heavy = ['openai', 'open_clip', 'pyarrow', 'sentence_transformers', 'torchvision', 'timm', 'PIL', 'transformers']\n"
+        "heavy = ['openai', 'open_clip', 'pyarrow', 'sentence_transformers', 'torchvision', 'timm', 'PIL',\n"
+        "         'transformers']\n"
         "print(','.join(m for m in heavy if m in sys.modules and m not in before))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,0 +1,152 @@
+"""The inputs of a command, from its options: support, eval, pool or query rows, embedded; classes.
+
+A role (support set, eval set, pool, queries) is given one way: an embeddings file, images or
+texts. Raw texts and images are embedded by the encoder that ``--model`` names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from lfa_index import AlignedIndex
+from lfa_index.adapters import (
+    ENCODER_FORMS,
+    PHOTO_TEMPLATE,
+    EmbeddingSource,
+    SkippedInputWarning,
+    UnreadableImageError,
+    load_embeddings,
+    make_encoder,
+    prompt_ensemble,
+)
+
+from .console import PROG, Console, one_line
+from .errors import CLIError
+from .options import cache_dir
+from .readers import Items, read_classes, read_embedding_file, read_image_folder, read_image_paths, read_texts
+
+
+def encoder_from_args(args: argparse.Namespace, console: Console, spec: str | None) -> EmbeddingSource | None:
+    """The encoder SPEC names, with the command's cache, device and ``--strict``; None without a SPEC."""
+    if not spec:
+        return None
+    return make_encoder(spec, cache_dir=cache_dir(args), progress=console.progress, device=args.device,
+                        strict=getattr(args, "strict", False))
+
+
+def collect_items(
+    args: argparse.Namespace, *, file: str, images: str, texts: str, text: str | None = None,
+    labels: str | None = None, need_labels: bool, what: str,
+) -> Items | None:
+    """The one input of a role (support, eval, pool, queries) named on the command line, not embedded yet."""
+    given = {name: getattr(args, name, None) for name in (file, images, texts, text) if name}
+    given = {k: v for k, v in given.items() if v}
+    if len(given) > 1:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise CLIError(f"give the {what} one way only, not {flags}.")
+    if not given:
+        return None
+    (name, value), = given.items()
+    if name == file:
+        items = read_embedding_file(value, getattr(args, labels, None) if labels else None)
+    elif name == images:
+        items = read_image_folder(value) if need_labels else read_image_paths(value)
+    elif name == texts:
+        items = read_texts(value, text_column=args.text_column, label_column=args.label_column, need_labels=need_labels)
+    else:
+        items = Items(ids=list(value), texts=list(value))
+    if need_labels and items.labels is None:
+        raise CLIError(f"the {what} need labels: {value} has none (use a file with a labels array, or --labels FILE).")
+    return items
+
+
+def require_model(items: Items | None, args: argparse.Namespace) -> None:
+    """Fail before any work when raw texts or images come without an encoder to embed them."""
+    if items is not None and items.kind != "embeddings" and not getattr(args, "model", None):
+        raise CLIError(f"embedding {items.kind} needs an encoder: pass --model SPEC. " + one_line(ENCODER_FORMS))
+
+
+def embed_items(items: Items, encoder: EmbeddingSource | None, console: Console, *, strict: bool) -> Items:
+    """Embed texts or images with ``encoder``; unreadable images are dropped with one warning."""
+    if items.embeddings is not None:
+        return items
+    if encoder is None:
+        raise CLIError(f"embedding {items.kind} needs an encoder: pass --model SPEC. " + one_line(ENCODER_FORMS))
+    if items.texts is not None:
+        return Items(ids=items.ids, labels=items.labels, embeddings=encoder.embed_texts(items.texts))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedInputWarning)  # replaced by the CLI's own message below
+        try:
+            x = encoder.embed_images([str(p) for p in items.images])
+        except UnreadableImageError as err:
+            text = str(err).split(" Fix or remove it")[0]
+            raise CLIError(
+                f"{text}; fix or remove it, or drop --strict to skip unreadable images with a warning."
+            ) from err
+    skipped = set(getattr(encoder, "skipped_", []) or [])
+    keep = [i for i in range(len(items.images)) if i not in skipped]
+    if skipped:
+        first = ", ".join(items.ids[i] for i in sorted(skipped)[:3])
+        console.warn(
+            f"skipped {len(skipped)} of {len(items.images)} unreadable image(s) (e.g. {first}); "
+            "continuing without them (pass --strict to stop instead)."
+        )
+    if not keep:
+        raise CLIError("none of the images could be read.")
+    labels = None if items.labels is None else items.labels[keep]
+    return Items(ids=[items.ids[i] for i in keep], labels=labels, embeddings=x)
+
+
+def query_items(args: argparse.Namespace, console: Console) -> Items | None:
+    """The item queries of ``predict`` / ``search``, embedded; None when none were given."""
+    items = collect_items(args, file="queries", images="images", texts="texts", text="text", labels="labels",
+                          need_labels=False, what="queries")
+    if items is None:
+        return None
+    require_model(items, args)
+    return embed_items(items, encoder_from_args(args, console, args.model), console, strict=args.strict)
+
+
+def class_list(args: argparse.Namespace, labels: np.ndarray | None) -> list[str] | None:
+    """Class names from --classes, else the sorted distinct string labels, else None (integer labels)."""
+    if getattr(args, "classes", None):
+        return read_classes(args.classes)
+    if labels is not None and labels.dtype.kind == "U":
+        return sorted(set(labels.tolist()))
+    return None
+
+
+def class_prototypes(
+    args: argparse.Namespace, console: Console, class_names: list[str] | None, *, images: bool,
+    model_encoder: EmbeddingSource | None,
+) -> np.ndarray:
+    """Prototypes from --prototypes, else the class names embedded by --text-model (or --model)."""
+    if args.prototypes:
+        if args.text_model:
+            raise CLIError("give the class prototypes one way only: --prototypes FILE or --text-model SPEC.")
+        prototypes, _ = load_embeddings(args.prototypes)
+        return prototypes
+    encoder = encoder_from_args(args, console, args.text_model) if args.text_model else model_encoder
+    if encoder is None:
+        raise CLIError(
+            "class prototypes are needed: pass --prototypes FILE (one row per class) "
+            "or --text-model SPEC to embed the class names."
+        )
+    if class_names is None:
+        raise CLIError(
+            "integer labels give no class names to embed: pass --classes FILE (one name per line, in label order)."
+        )
+    templates = tuple(args.template) if args.template else (PHOTO_TEMPLATE if images else ("{}",))
+    console.note(f"embedding {len(class_names)} class names with {encoder.name} (templates: {list(templates)})")
+    return prompt_ensemble(class_names, encoder.embed_texts, templates)
+
+
+def load_index(path: str, device: str) -> AlignedIndex:
+    """The index saved at ``path``, or a :class:`CLIError` saying how to create one."""
+    if not Path(path).exists():
+        raise CLIError(f"no index at {path}; create one with `{PROG} fit ... -o {path}`.")
+    return AlignedIndex.load(path, device=None if device == "auto" else device)

@@ -1,0 +1,151 @@
+"""Inputs read from the command line's files: embeddings, labels, class lists, texts, images.
+
+Each reader returns :class:`Items` (rows not embedded yet, or embeddings) or a plain list, and
+raises :class:`CLIError` saying how to fix an unusable file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from lfa_index.adapters import load_embeddings
+
+from .errors import CLIError
+
+LABEL_COLUMNS = ("label", "labels", "category", "class", "intent", "y")
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+EMBEDDING_FILES = ".npy, .npz, .safetensors, .parquet or .faiss"
+
+
+@dataclass
+class Items:
+    """Rows to embed or already embedded: ``ids`` name each row in outputs."""
+
+    ids: list[str]
+    labels: np.ndarray | None = None
+    embeddings: np.ndarray | None = None
+    texts: list[str] | None = None
+    images: list[Path] | None = None
+
+    @property
+    def kind(self) -> str:
+        return "embeddings" if self.embeddings is not None else ("texts" if self.texts is not None else "images")
+
+
+def read_labels(path: str) -> np.ndarray:
+    """Labels from a .npy array (no pickles), a JSON list or a text file (one label per line)."""
+    p = Path(path)
+    if p.suffix == ".npy":
+        labels = np.load(p, allow_pickle=False)
+    elif p.suffix == ".json":
+        labels = np.asarray(json.loads(p.read_text(encoding="utf-8")))
+    else:
+        labels = np.asarray([line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()])
+    if labels.ndim != 1 or labels.dtype.kind not in "iuU":
+        raise CLIError(
+            f"{path}: labels must be a 1-D list of integers or class names, got {labels.dtype} {labels.shape}."
+        )
+    return labels
+
+
+def read_classes(path: str) -> list[str]:
+    """Class names from a JSON list or a text file (one name per line, blank lines ignored)."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".json":
+        names = json.loads(text)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise CLIError(f"{path}: expected a JSON list of class names (strings).")
+        names = [n.strip() for n in names]
+    else:
+        names = [line.strip() for line in text.splitlines() if line.strip()]
+    if not names:
+        raise CLIError(f"{path} lists no class names; give one class name per line (or a JSON list).")
+    return names
+
+
+def read_texts(path: str, *, text_column: str, label_column: str | None, need_labels: bool) -> Items:
+    """Texts (and labels) from a CSV with a header, or a .txt file with one text per line.
+
+    Also reads prompt files (``search --prompt-file``).
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".txt":
+        if need_labels:
+            raise CLIError(f"{path}: a .txt file holds texts only; give a CSV with '{text_column}' and label columns.")
+        texts = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return Items(ids=texts, texts=texts)
+    with open(p, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        columns = reader.fieldnames or []
+    if text_column not in columns:
+        raise CLIError(f"{path} has no column {text_column!r} (columns: {columns}); name it with --text-column.")
+    if label_column is None:
+        label_column = next((c for c in LABEL_COLUMNS if c in columns), None)
+    elif label_column not in columns:
+        raise CLIError(f"{path} has no column {label_column!r} (columns: {columns}).")
+    if need_labels and label_column is None:
+        raise CLIError(
+            f"{path} has no label column (looked for {list(LABEL_COLUMNS)}); name it with --label-column."
+        )
+    if not rows:
+        raise CLIError(f"{path} holds no rows.")
+    texts = [r[text_column] or "" for r in rows]
+    labels = np.asarray([r[label_column] for r in rows]) if label_column else None
+    return Items(ids=texts, labels=labels, texts=texts)
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def read_image_folder(path: str) -> Items:
+    """Images of a labelled folder: ``DIR/<class name>/<image>``; the sub-folder names are the labels."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CLIError(f"--images {path} is not a folder; expected DIR/<class name>/<image files>.")
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    files, labels = [], []
+    for folder in classes:
+        for f in _image_files(folder):
+            files.append(f)
+            labels.append(folder.name)
+    if not files:
+        raise CLIError(f"{path} holds no images in class sub-folders; expected {path}/<class name>/<image files>.")
+    return Items(ids=[str(f) for f in files], labels=np.asarray(labels), images=files)
+
+
+def read_image_paths(paths: Sequence[str]) -> Items:
+    """Unlabelled images: files, or folders searched recursively (hidden files skipped)."""
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files.extend(f for f in _image_files(p) if f.suffix.lower() in IMAGE_SUFFIXES)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise CLIError(f"no image file or folder at {raw}.")
+    if not files:
+        raise CLIError(f"no image files found in {', '.join(paths)}.")
+    return Items(ids=[str(f) for f in files], images=files)
+
+
+def read_embedding_file(path: str, labels_path: str | None = None, *, embeddings_key: str | None = None) -> Items:
+    """Embeddings (and labels) from a file read by :func:`lfa_index.adapters.load_embeddings`."""
+    x, labels = load_embeddings(path, embeddings_key=embeddings_key)
+    if labels_path is not None:
+        labels = read_labels(labels_path)
+        if len(labels) != len(x):
+            raise CLIError(f"{labels_path} has {len(labels)} labels for {len(x)} rows in {path}.")
+    return Items(ids=[str(i) for i in range(len(x))], labels=labels, embeddings=x)

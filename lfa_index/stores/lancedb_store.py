@@ -1,0 +1,401 @@
+"""LanceDBStore: the store protocol over a LanceDB table, in a directory, object store or LanceDB server.
+
+lancedb is imported when a LanceDBStore is opened (``pip install 'lfa-index[lancedb]'``). A table
+it creates has an int64 id column and a fixed-size float32 vector column; metadata fields become
+nullable columns, added the first time a field is stored. Searches use LanceDB's ``"dot"``
+distance without an ANN index (a flat scan), so they are exact.
+
+Example
+-------
+>>> store = LanceDBStore("vectors_lance", "prototypes", dim=prototype_dim(index))     # a directory
+>>> classify(index, write_prototypes(index, store), queries)                          # == index.predict
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
+from ..core.validation import check_ids, check_number
+from ._common import Batches, check_name, check_uri, parse_ids, query_chunk, rank_candidates, reason
+from .base import Where, check_fields, check_k, check_vectors, check_where
+from .errors import SchemaError, StoreUnavailableError, import_extra
+
+_NAME = r"[A-Za-z0-9_.-]{1,255}"
+_NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.' (LanceDB's rule)"
+_ROWS_PER_WRITE = 65536
+_IDS_PER_QUERY = 8192
+_REMOTE = ("db://",)
+
+
+def _lancedb() -> Any:
+    return import_extra("lancedb", "lancedb")
+
+
+def _arrow() -> Any:
+    return import_extra("pyarrow", "lancedb")
+
+
+def _sql_literal(value: str | int) -> str:
+    """A SQL literal: strings in single quotes with quotes doubled (backslashes are plain characters)."""
+    return str(int(value)) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+
+class LanceDBStore:
+    """Vectors with int64 ids and scalar columns in a LanceDB table.
+
+    Parameters
+    ----------
+    uri : str or path
+        A directory, an object-store URI (``"s3://bucket/path"``) or a LanceDB server / cloud
+        database (``"db://name"`` with ``api_key`` and, for a self-hosted server, ``host_override``).
+    table : str
+        Table name (letters, digits, '_', '-', '.'); created when missing (``dim`` then required).
+    dim : int or None, default=None
+        Vector dimension; checked against an existing table (None accepts its dimension).
+    id_field, vector_field : str, default="id", "vector"
+        The int64 id column and the fixed-size float32 vector column.
+    exact : bool, default=True
+        Flat scan even when the table has an ANN index (``bypass_vector_index``); ``False`` lets
+        LanceDB use the index, approximate.
+    api_key : str or None, default=None
+        Key of a LanceDB cloud or server database; never printed.
+    timeout : float, default=10.0
+        Seconds allowed for each request to a LanceDB server.
+    **connect_options
+        Passed to ``lancedb.connect`` (``host_override``, ``region``, ``storage_options``, ...).
+
+    Notes
+    -----
+    Metric "IP": LanceDB's ``"dot"`` distance is ``1 - q·x``; scores are not derived from it but
+    recomputed, ``q·x`` in float32, from the returned vectors. Without an ANN index (what this
+    store creates) a search is a flat scan, exact for any size. Each :meth:`add` writes a new
+    table version; compact a table that receives many small writes with ``table.optimize()``.
+
+    Raises
+    ------
+    StoreUnavailableError
+        The URI cannot be opened or the server reached (the message names ``uri``).
+    SchemaError
+        The table lacks an int64 id column or a fixed-size float32 vector column, or a field's values
+        do not fit its column type.
+    DimensionMismatchError
+        The table holds vectors of another dimension than ``dim``.
+    """
+
+    def __init__(
+        self,
+        uri: Any,
+        table: str,
+        dim: int | None = None,
+        *,
+        id_field: str = "id",
+        vector_field: str = "vector",
+        exact: bool = True,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        **connect_options: Any,
+    ):
+        self.uri = check_uri(uri, "LanceDB", "a directory, an object-store URI or 'db://name'")
+        self.table = check_name(table, "table (a LanceDB table name)", _NAME, _NAME_RULE)
+        if dim is not None:
+            check_number(dim, "dim", low=1, integer=True)
+        for name, value in (("id_field", id_field), ("vector_field", vector_field)):
+            if not isinstance(value, str) or not value.isidentifier():
+                raise InvalidParameterError(f"{name} must be a column name (an identifier), got {value!r}.")
+        if id_field == vector_field:
+            raise InvalidParameterError(f"id_field and vector_field must differ, both are {id_field!r}.")
+        if not isinstance(exact, bool):
+            raise InvalidParameterError(f"exact must be True or False, got {exact!r}.")
+        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        self.id_field, self.vector_field, self.exact = id_field, vector_field, exact
+        self.timeout = float(timeout)
+        lancedb = _lancedb()
+        self._errors = (ValueError, RuntimeError, OSError, ConnectionError)
+        remote = self.uri.startswith(_REMOTE)
+        if remote:
+            span = datetime.timedelta(seconds=self.timeout)
+            timeouts = lancedb.remote.TimeoutConfig(timeout=span, connect_timeout=span)
+            connect_options.setdefault("client_config", lancedb.remote.ClientConfig(timeout_config=timeouts))
+        try:
+            self._db = lancedb.connect(self.uri, api_key=api_key, **connect_options)
+            try:
+                self._table = self._db.open_table(self.table)
+                exists = True
+            except ValueError as err:
+                if "not found" not in str(err).lower() and "does not exist" not in str(err).lower():
+                    raise
+                exists = False
+        except self._errors as err:
+            raise StoreUnavailableError(
+                f"cannot open LanceDB at {self.uri!r} ({reason(err)}); check that the path is a writable directory, "
+                "or that the server is running and the URI, API key and network are right."
+            ) from err
+        if not exists:
+            if dim is None:
+                raise InvalidParameterError(
+                    f"table {self.table!r} does not exist at {self.uri!r}; pass dim= to create it."
+                )
+            pa = _arrow()
+            schema = pa.schema([
+                pa.field(id_field, pa.int64(), nullable=False),
+                pa.field(vector_field, pa.list_(pa.float32(), int(dim))),
+            ])
+            self._table = self._call(
+                "create the table", self._db.create_table, self.table, schema=schema, exist_ok=True
+            )
+        self._dim = self._inspect(dim)
+
+    # ------------------------------------------------------------------ schema
+    def _inspect(self, dim: int | None) -> int:
+        pa = _arrow()
+        schema = self._schema()
+        names = schema.names
+        if self.id_field not in names or not pa.types.is_integer(schema.field(self.id_field).type):
+            raise SchemaError(
+                f"{self.location} has no integer column {self.id_field!r} (columns: {names}); pass id_field= its "
+                "int64 id column."
+            )
+        vector_type = schema.field(self.vector_field).type if self.vector_field in names else None
+        if vector_type is None or not pa.types.is_fixed_size_list(vector_type) or not pa.types.is_floating(
+            vector_type.value_type
+        ):
+            raise SchemaError(
+                f"{self.location} has no fixed-size float vector column {self.vector_field!r} (columns: {names}, "
+                f"{self.vector_field!r}: {vector_type}); pass vector_field= its vector column."
+            )
+        held = int(vector_type.list_size)
+        if dim is not None and held != int(dim):
+            raise DimensionMismatchError(
+                f"{self.location} holds {held}-d vectors but dim={dim} was asked for; use another table name, "
+                "or embeddings from the model the table was built with."
+            )
+        return held
+
+    def _schema(self) -> Any:
+        return self._call("read the schema", lambda: self._table.schema)
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def metric(self) -> str:
+        return "IP"
+
+    @property
+    def location(self) -> str:
+        return f"LanceDB table {self.table!r} at {self.uri!r}"
+
+    def __repr__(self) -> str:
+        return f"LanceDBStore(uri={self.uri!r}, table={self.table!r}, dim={self.dim})"
+
+    def count(self) -> int:
+        return int(self._call("count rows", self._table.count_rows))
+
+    def add(self, vectors: Any, ids: Any, fields: Mapping[str, Sequence[Any]] | None = None) -> "LanceDBStore":
+        """Insert rows; a row whose id is held is replaced (``merge_insert`` on the id). Returns ``self``.
+
+        A field seen for the first time becomes a nullable column; columns not given are null.
+        """
+        pa = _arrow()
+        x = check_vectors(vectors, dim=self.dim, location=self.location)
+        new_ids = check_ids(ids, len(x))
+        values = check_fields(fields, len(x), reserved=(self.id_field, self.vector_field, "_distance", "_rowid"))
+        schema = self._add_columns(values)
+        empty = self.count() == 0
+        for start in range(0, len(x), _ROWS_PER_WRITE):
+            stop = min(start + _ROWS_PER_WRITE, len(x))
+            columns = {}
+            for field in schema:
+                if field.name == self.id_field:
+                    columns[field.name] = pa.array(new_ids[start:stop], type=field.type)
+                elif field.name == self.vector_field:
+                    flat = pa.array(x[start:stop].ravel(), type=field.type.value_type)
+                    columns[field.name] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
+                elif field.name in values:
+                    try:
+                        columns[field.name] = pa.array(values[field.name][start:stop], type=field.type)
+                    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+                        raise SchemaError(
+                            f"field {field.name!r} of {self.location} is a {field.type} column; its new values do not "
+                            f"fit it ({reason(err)}). Store values of that type, or use another field name."
+                        ) from err
+                elif field.nullable:
+                    columns[field.name] = pa.nulls(stop - start, type=field.type)
+                else:
+                    raise SchemaError(f"{self.location} has a non-nullable column {field.name!r}; pass it in fields=.")
+            data = pa.table(columns, schema=schema)
+            if empty:
+                self._call("add rows", self._table.add, data)
+            else:
+                merge = self._table.merge_insert(self.id_field)
+                merge = merge.when_matched_update_all().when_not_matched_insert_all()
+                self._call("upsert rows", merge.execute, data)
+        return self
+
+    def _add_columns(self, values: dict[str, list[Any]]) -> Any:
+        pa = _arrow()
+        schema = self._schema()
+        new = [pa.field(name, _arrow_type(name, vs, self.location)) for name, vs in values.items()
+               if name not in schema.names]
+        if new:
+            self._call("add columns", self._table.add_columns, new)
+            schema = self._schema()
+        return schema
+
+    def clear(self) -> None:
+        self._call("delete rows", self._table.delete, "true")
+
+    def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)``, each (n, k), best first, scored exactly; unfilled slots are id -1, score -inf."""
+        q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
+        k = check_k(k)
+        expr = self._where(where)
+        scores, ids = [], []
+        step = query_chunk(self.dim, k, limit=256)
+        for start in range(0, len(q), step):
+            chunk = q[start : start + step]
+            builder = (
+                self._table.search(list(chunk) if len(chunk) > 1 else chunk[0], vector_column_name=self.vector_field,
+                                   query_type="vector")
+                .distance_type("dot").limit(k).select([self.id_field, self.vector_field, "_distance"])
+            )
+            if expr:
+                builder = builder.where(expr, prefilter=True)
+            if self.exact:
+                builder = builder.bypass_vector_index()
+            found = self._call("search", builder.to_arrow)
+            if "query_index" in found.column_names:
+                which = found["query_index"].to_numpy().astype(np.int64)
+            else:
+                which = np.zeros(found.num_rows, dtype=np.int64)
+            order = np.argsort(which, kind="stable")
+            which = which[order]
+            rank = np.arange(len(which)) - np.searchsorted(which, which)
+            cand_ids = np.full((len(chunk), k), -1, dtype=np.int64)
+            cand = np.zeros((len(chunk), k, self.dim), dtype=np.float32)
+            cand_ids[which, rank] = found[self.id_field].to_numpy()[order]
+            cand[which, rank] = self._vectors(found)[order]
+            s, i = rank_candidates(chunk, cand_ids, cand, k, "IP")
+            scores.append(s)
+            ids.append(i)
+        return np.concatenate(scores), np.concatenate(ids)
+
+    def get(self, ids: Any) -> np.ndarray:
+        """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
+        wanted = np.asarray(ids, dtype=np.int64).ravel()
+        unique = np.unique(wanted)
+        out = np.empty((len(unique), self.dim), dtype=np.float32)
+        found = np.zeros(len(unique), dtype=bool)
+        for start in range(0, len(unique), _IDS_PER_QUERY):
+            part = unique[start : start + _IDS_PER_QUERY]
+            expr = f"`{self.id_field}` IN ({', '.join(map(str, part.tolist()))})"
+            rows = self._call(
+                "get rows",
+                self._table.search().where(expr).select([self.id_field, self.vector_field]).limit(len(part)).to_arrow,
+            )
+            if rows.num_rows:
+                slots = np.searchsorted(unique, rows[self.id_field].to_numpy())
+                out[slots] = self._vectors(rows)
+                found[slots] = True
+        if not found.all():
+            raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
+        return out[np.searchsorted(unique, wanted)]
+
+    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Batches:
+        """Every row, at most ``batch_size`` at a time: ``(ids, vectors, {field: values})``."""
+        check_number(batch_size, "batch_size", low=1, integer=True)
+        fields = list(fields)
+        columns = self._schema().names
+        unknown = sorted(set(fields) - set(columns))
+        if unknown:
+            raise SchemaError(
+                f"{self.location} has columns {columns}, not {unknown}; store the field with add(..., fields=...) "
+                "first."
+            )
+        reader = self._call(
+            "scan rows", self._table.search().select([self.id_field, self.vector_field, *fields]).to_batches,
+            int(batch_size),
+        )
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            values = {}
+            for f in fields:
+                column = batch.column(f)
+                if column.null_count:
+                    raise SchemaError(
+                        f"{column.null_count} row(s) of {self.location} have no value in column {f!r}; store it for "
+                        "every row with add(..., fields=...)."
+                    )
+                values[f] = np.array(column.to_pylist())
+            ids = parse_ids(batch.column(self.id_field).to_pylist(), self.location)
+            yield ids, self._vectors(batch), values
+
+    def drop(self) -> None:
+        """Delete the whole table."""
+        self._call("drop the table", self._db.drop_table, self.table)
+
+    def close(self) -> None:
+        """Release the connection (a no-op for a local directory)."""
+        close = getattr(self._db, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> "LanceDBStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+    def _where(self, where: Where | None) -> str:
+        filters = check_where(where)
+        if not filters:
+            return ""
+        columns = self._schema().names
+        unknown = sorted(set(filters) - set(columns))
+        if unknown:
+            raise SchemaError(f"where names field(s) {unknown}, but {self.location} has columns {columns}.")
+        return " AND ".join(f"`{name}` = {_sql_literal(value)}" for name, value in filters.items())
+
+    def _vectors(self, table: Any) -> np.ndarray:
+        column = table[self.vector_field] if hasattr(table, "column_names") else table.column(self.vector_field)
+        if hasattr(column, "combine_chunks"):
+            column = column.combine_chunks()
+        flat = column.flatten().to_numpy(zero_copy_only=False)
+        return np.ascontiguousarray(flat, dtype=np.float32).reshape(len(column), self.dim)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except self._errors as err:
+            if isinstance(err, (ConnectionError, OSError)) or type(err).__name__ in ("RetryError", "HttpError"):
+                raise StoreUnavailableError(
+                    f"lost LanceDB at {self.uri!r} while trying to {what} ({reason(err)}); check that the storage or "
+                    "server is reachable, then retry."
+                ) from err
+            raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
+
+
+def _arrow_type(name: str, values: Sequence[Any], location: str) -> Any:
+    """Column type of a new field from its values: bool, int64, float64 or string."""
+    pa = _arrow()
+    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else float if isinstance(v, float) else str
+             for v in values}
+    if kinds == {bool}:
+        return pa.bool_()
+    if kinds == {int}:
+        return pa.int64()
+    if kinds <= {int, float}:
+        return pa.float64()
+    if kinds == {str}:
+        return pa.string()
+    raise SchemaError(
+        f"field {name!r} mixes {sorted(k.__name__ for k in kinds)} values; a {location} column holds one type."
+    )

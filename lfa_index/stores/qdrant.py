@@ -1,0 +1,331 @@
+"""QdrantStore: the store protocol over a Qdrant collection, local (a directory or ``":memory:"``) or a server.
+
+qdrant-client is imported when a QdrantStore is opened (``pip install 'lfa-index[qdrant]'``). A
+collection it creates holds one unnamed vector per point with ``Distance.DOT``: Qdrant's score is
+then the inner product itself, so folded prototypes classify exactly. Searches run with
+``SearchParams(exact=True)`` by default (a full scan on a server, bypassing HNSW); local mode
+always scans.
+
+Example
+-------
+>>> store = QdrantStore("vectors_qdrant", "prototypes", dim=prototype_dim(index))   # local directory
+>>> classify(index, write_prototypes(index, store), queries)                       # == index.predict
+>>> QdrantStore("http://qdrant:6333", "corpus_raw", api_key=key, exact=False, hnsw_ef=256)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
+from ..core.validation import check_ids, check_number
+from ._common import Batches, check_name, check_uri, parse_ids, reason, server_address
+from .base import Where, check_fields, check_k, check_vectors, check_where
+from .errors import SchemaError, StoreUnavailableError, import_extra
+
+_NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
+_NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.'"
+_REQUEST_BYTES = 8 << 20  # JSON bodies well under a server's 32 MiB default limit
+_QUERIES_PER_REQUEST = 256
+_METRICS = {"Dot": "IP", "Cosine": "COSINE"}
+
+
+def _qdrant() -> Any:
+    return import_extra("qdrant_client", "qdrant")
+
+
+class QdrantStore:
+    """Vectors with int64 ids and payload fields in a Qdrant collection.
+
+    Parameters
+    ----------
+    uri : str or path
+        ``":memory:"`` (in process), a directory (local mode, persisted with qdrant-client's own
+        storage; one open client per directory), or a server ``"http://host:6333"``.
+    collection : str
+        Collection name (letters, digits, '_', '-', '.'); created when missing (``dim`` then required).
+    dim : int or None, default=None
+        Vector dimension; checked against an existing collection (None accepts its dimension).
+    vector_name : str or None, default=None
+        Named vector of the collection to use; None for the unnamed default vector.
+    exact : bool, default=True
+        Full-scan search (``SearchParams(exact=True)``). ``False`` uses the server's HNSW index
+        (``hnsw_ef`` candidates), approximate; local mode always scans.
+    hnsw_ef : int or None, default=None
+        HNSW beam width on a server when ``exact=False`` (None: the collection's setting).
+    api_key : str or None, default=None
+        Server API key; never printed.
+    timeout : float, default=10.0
+        Seconds allowed for each server request.
+
+    Notes
+    -----
+    Metric: a collection created here uses ``Distance.DOT`` (metric "IP"), whose score is the
+    inner product. An existing ``Cosine`` collection opens with metric "COSINE" (Qdrant stores
+    it unit-normalised); Euclid and Manhattan collections are refused. Local mode on a directory
+    commits every point to SQLite on its own (slow beyond a few thousand rows): use ``":memory:"``
+    or a server for large corpora. Ids are Qdrant's unsigned integer ids. A ``where`` on a payload
+    field no point holds matches nothing.
+
+    Raises
+    ------
+    StoreUnavailableError
+        The server cannot be reached, or the directory is held by another client (the message names ``uri``).
+    SchemaError
+        The collection's vectors are not what lfa-index needs (metric, named vectors, sparse only).
+    DimensionMismatchError
+        The collection holds vectors of another dimension than ``dim``.
+    """
+
+    def __init__(
+        self,
+        uri: Any,
+        collection: str,
+        dim: int | None = None,
+        *,
+        vector_name: str | None = None,
+        exact: bool = True,
+        hnsw_ef: int | None = None,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+    ):
+        self.uri = check_uri(uri, "Qdrant", "':memory:', a directory or a server URL ('http://host:6333')")
+        self.collection = check_name(collection, "collection (a Qdrant collection name)", _NAME, _NAME_RULE)
+        if dim is not None:
+            check_number(dim, "dim", low=1, integer=True)
+        if vector_name is not None and not isinstance(vector_name, str):
+            raise InvalidParameterError(f"vector_name must be a str or None, got {vector_name!r}.")
+        if not isinstance(exact, bool):
+            raise InvalidParameterError(f"exact must be True or False, got {exact!r}.")
+        if hnsw_ef is not None:
+            check_number(hnsw_ef, "hnsw_ef", low=1, integer=True)
+        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        self.vector_name = vector_name
+        self.exact = exact
+        self.hnsw_ef = hnsw_ef
+        self.timeout = float(timeout)
+        qdrant = _qdrant()
+        self._models = qdrant.models
+        self._server = server_address(self.uri) is not None
+        self._errors = (qdrant.http.exceptions.ApiException, ConnectionError, OSError, RuntimeError, ValueError)
+        try:
+            if self.uri == ":memory:":
+                self._client = qdrant.QdrantClient(location=":memory:")
+            elif self._server:
+                self._client = qdrant.QdrantClient(
+                    url=self.uri, api_key=api_key, timeout=max(1, round(self.timeout)), check_compatibility=False
+                )
+            else:
+                self._client = qdrant.QdrantClient(path=self.uri)
+            exists = self._client.collection_exists(self.collection)
+        except self._errors as err:
+            raise StoreUnavailableError(self._unreachable(err)) from err
+        try:
+            if not exists:
+                if dim is None:
+                    raise InvalidParameterError(
+                        f"collection {self.collection!r} does not exist at {self.uri!r}; pass dim= to create it."
+                    )
+                self._create(int(dim))
+            self._dim, self._metric = self._inspect(dim)
+        except BaseException:
+            self._client.close()
+            raise
+
+    def _unreachable(self, err: BaseException) -> str:
+        if self._server:
+            return (
+                f"cannot reach Qdrant at {self.uri!r} ({reason(err)}); check that the server is running and the URL, "
+                "API key and network are right, or pass a directory or ':memory:' for local mode."
+            )
+        return (
+            f"cannot open Qdrant local storage at {self.uri!r} ({reason(err)}); a directory can be open in one client "
+            "at a time: close() the other QdrantStore on it, or use a Qdrant server for concurrent access."
+        )
+
+    # ------------------------------------------------------------------ schema
+    def _create(self, dim: int) -> None:
+        params = self._models.VectorParams(size=dim, distance=self._models.Distance.DOT)
+        config = params if self.vector_name is None else {self.vector_name: params}
+        self._call("create the collection", self._client.create_collection, self.collection, vectors_config=config)
+
+    def _inspect(self, dim: int | None) -> tuple[int, str]:
+        info = self._call("describe the collection", self._client.get_collection, self.collection)
+        vectors = info.config.params.vectors
+        if isinstance(vectors, dict):
+            params = vectors.get("" if self.vector_name is None else self.vector_name)
+            if params is None:
+                raise SchemaError(
+                    f"{self.location} has named vectors {sorted(vectors)} and no vector named {self.vector_name!r}; "
+                    "pass vector_name= one of them."
+                )
+        elif vectors is None or self.vector_name is not None:
+            raise SchemaError(
+                f"{self.location} has {'no dense vectors' if vectors is None else 'one unnamed vector'}; "
+                f"{'create a collection with dense vectors' if vectors is None else 'pass vector_name=None'}."
+            )
+        else:
+            params = vectors
+        if getattr(params, "multivector_config", None) is not None:
+            raise SchemaError(f"{self.location} holds multivectors; lfa-index needs one dense vector per point.")
+        held = int(params.size)
+        if dim is not None and held != int(dim):
+            raise DimensionMismatchError(
+                f"{self.location} holds {held}-d vectors but dim={dim} was asked for; use another collection name, "
+                "or embeddings from the model the collection was built with."
+            )
+        distance = getattr(params.distance, "value", str(params.distance))
+        if distance not in _METRICS:
+            raise SchemaError(
+                f"{self.location} ranks by {distance} distance; lfa-index needs Dot (or Cosine for unit vectors): "
+                "create the collection with Distance.DOT."
+            )
+        return held, _METRICS[distance]
+
+    # ------------------------------------------------------------------ protocol
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def metric(self) -> str:
+        return self._metric
+
+    @property
+    def location(self) -> str:
+        return f"Qdrant collection {self.collection!r} at {self.uri!r}"
+
+    def __repr__(self) -> str:
+        return f"QdrantStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim}, metric={self.metric!r})"
+
+    def count(self) -> int:
+        return int(self._call("count points", self._client.count, self.collection, exact=True).count)
+
+    def add(self, vectors: Any, ids: Any, fields: Mapping[str, Sequence[Any]] | None = None) -> "QdrantStore":
+        """Upsert points (a point whose id is held is replaced, payload included). Returns ``self``."""
+        x = check_vectors(vectors, dim=self.dim, location=self.location)
+        new_ids = check_ids(ids, len(x))
+        values = check_fields(fields, len(x), reserved=())
+        step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
+        for start in range(0, len(x), step):
+            stop = min(start + step, len(x))
+            payloads = [{name: vs[j] for name, vs in values.items()} for j in range(start, stop)] if values else None
+            rows = x[start:stop].tolist()
+            batch = self._models.Batch(
+                ids=new_ids[start:stop].tolist(),
+                vectors=rows if self.vector_name is None else {self.vector_name: rows},
+                payloads=payloads,
+            )
+            self._call("upsert points", self._client.upsert, self.collection, points=batch, wait=True)
+        return self
+
+    def clear(self) -> None:
+        selector = self._models.FilterSelector(filter=self._models.Filter())
+        self._call("delete points", self._client.delete, self.collection, points_selector=selector, wait=True)
+
+    def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
+        q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
+        k = check_k(k)
+        models = self._models
+        conditions = [models.FieldCondition(key=name, match=models.MatchValue(value=value))
+                      for name, value in check_where(where).items()]
+        flt = models.Filter(must=conditions) if conditions else None
+        # local mode always scans (and warns that search params have no effect there)
+        params = None
+        if self._server:
+            params = models.SearchParams(exact=self.exact, hnsw_ef=None if self.exact else self.hnsw_ef)
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(q), k), -1, dtype=np.int64)
+        for start in range(0, len(q), _QUERIES_PER_REQUEST):
+            requests = [
+                models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
+                                    with_payload=False, with_vector=False)
+                for row in q[start : start + _QUERIES_PER_REQUEST].tolist()
+            ]
+            found = self._call("search", self._client.query_batch_points, self.collection, requests=requests)
+            for row, response in enumerate(found, start):
+                points = response.points
+                ids[row, : len(points)] = parse_ids([p.id for p in points], self.location)
+                scores[row, : len(points)] = [p.score for p in points]
+        return scores, ids
+
+    def get(self, ids: Any) -> np.ndarray:
+        """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
+        wanted = np.asarray(ids, dtype=np.int64).ravel()
+        unique = np.unique(wanted)
+        out = np.empty((len(unique), self.dim), dtype=np.float32)
+        found = np.zeros(len(unique), dtype=bool)
+        step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
+        for start in range(0, len(unique), step):
+            points = self._call(
+                "retrieve points", self._client.retrieve, self.collection, ids=unique[start : start + step].tolist(),
+                with_payload=False, with_vectors=[self._vector_key] if self.vector_name else True,
+            )
+            if points:
+                slots = np.searchsorted(unique, parse_ids([p.id for p in points], self.location))
+                out[slots] = self._vectors(points)
+                found[slots] = True
+        if not found.all():
+            raise InvalidInputError(f"{self.location} holds no point with id(s) {unique[~found][:5].tolist()}.")
+        return out[np.searchsorted(unique, wanted)]
+
+    def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Batches:
+        """Every point in id order, ``batch_size`` at a time (Qdrant's scroll): ``(ids, vectors, {field: values})``."""
+        check_number(batch_size, "batch_size", low=1, integer=True)
+        fields = list(fields)
+        offset = None
+        while True:
+            points, offset = self._call(
+                "scroll points", self._client.scroll, self.collection, limit=int(batch_size), offset=offset,
+                with_payload=fields or False, with_vectors=[self._vector_key] if self.vector_name else True,
+            )
+            if points:
+                missing = sorted({f for p in points for f in fields if f not in (p.payload or {})})
+                if missing:
+                    raise SchemaError(
+                        f"points of {self.location} lack payload field(s) {missing}; store them with "
+                        "add(..., fields=...) or name a field the collection has."
+                    )
+                values = {f: np.array([p.payload[f] for p in points]) for f in fields}
+                yield parse_ids([p.id for p in points], self.location), self._vectors(points), values
+            if offset is None:
+                return
+
+    def drop(self) -> None:
+        """Delete the whole collection."""
+        self._call("drop the collection", self._client.delete_collection, self.collection)
+
+    def close(self) -> None:
+        """Release the client (and the lock of a local directory)."""
+        self._client.close()
+
+    def __enter__(self) -> "QdrantStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def _vector_key(self) -> str:
+        return "" if self.vector_name is None else self.vector_name
+
+    def _vectors(self, points: Sequence[Any]) -> np.ndarray:
+        rows = [p.vector if self.vector_name is None else p.vector[self.vector_name] for p in points]
+        return np.asarray(rows, dtype=np.float32).reshape(len(points), self.dim)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except self._errors as err:
+            if isinstance(err, (ConnectionError, OSError)) or type(err).__name__ == "ResponseHandlingException":
+                raise StoreUnavailableError(
+                    f"lost Qdrant at {self.uri!r} while trying to {what} ({reason(err)}); check that the server is "
+                    "running and reachable, then retry."
+                ) from err
+            if type(err).__name__ == "UnexpectedResponse" or isinstance(err, ValueError):
+                raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
+            raise
