@@ -43,6 +43,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
+from lfa_index.arrays import l2_normalize
+
 # the prototype-free baselines are the library's own (lfa_index.baselines, used by `lfa-index eval`)
 from lfa_index.baselines import (  # noqa: F401  (re-exported for the harness and tests)
     LINEAR_PROBE_C,
@@ -54,13 +56,13 @@ from lfa_index.baselines import (  # noqa: F401  (re-exported for the harness an
     zero_shot,
 )
 from lfa_index.core import LFA
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta
+from lfa_index.core.beta import BETA_GRID, identity_is_informative, select_beta
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.projection import project, random_projection_matrix
 
 LINEAR_PROBE_CS: tuple[float, ...] = tuple(np.logspace(-2, 3, 11))
 CV_MAX_FOLDS = 5
 # LFA's β grid (``LFA._choose_beta``); tests/test_benchmarks_smoke.py checks both pick the same β.
-BETA_GRID = np.round(np.linspace(0.0, 1.0, 21), 2)
 CLIP_LOGIT_SCALE = 100.0
 # GDA's public code searches its ensemble weight on this grid (on a validation split; here on the
 # support set by CV).
@@ -78,11 +80,6 @@ TIP_BETAS: tuple[float, ...] = (1.0, 2.0, 3.5, 5.5, 7.5, 10.0)
 
 # sklearn reads "more classes than half the rows" (every 1-shot support) as a hint of regression.
 warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%", category=UserWarning)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True).clip(min=1e-12)
 
 
 def _cv_folds(y: np.ndarray, random_state: int | None) -> StratifiedKFold | None:
@@ -106,7 +103,7 @@ def select_linear_probe_C(
     Returns ``(C, mean accuracy per C)``; with a single shot in some class no fold can hold it
     out, so it returns ``(LINEAR_PROBE_C, None)`` (the paper's probe).
     """
-    X, y = _unit(X), np.asarray(y)
+    X, y = l2_normalize(X), np.asarray(y)
     folds = _cv_folds(y, random_state)
     if folds is None:
         return LINEAR_PROBE_C, None
@@ -182,12 +179,13 @@ def fit_beta_procrustes(
         else:
             p = project(p, torch.as_tensor(components))
     x, p = F.normalize(x, dim=1), F.normalize(p, dim=1)
-    beta, scores, _ = select_beta(
-        x, labels, p, betas=BETA_GRID, n_splits=defaults["cv_splits"],
-        val_size=defaults["cv_val_size"], random_state=random_state,
+    informative = side is None and identity_is_informative(x, labels, p)
+    choice = select_beta(
+        x, labels, p, identity_informative=informative, guard=False, betas=BETA_GRID,
+        n_splits=defaults["cv_splits"], val_size=defaults["cv_val_size"], random_state=random_state,
     )
-    w = beta_procrustes(orthogonal_procrustes(x, p[labels]), beta)
-    return BetaProcrustesMap(w.numpy(), beta, scores, p.numpy(), components, side)
+    w = beta_procrustes(orthogonal_procrustes(x, p[labels]), choice.beta)
+    return BetaProcrustesMap(w.numpy(), choice.beta, choice.scores, p.numpy(), components, side)
 
 
 def beta_procrustes_only(
@@ -207,7 +205,7 @@ def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.n
     within-class spread (S = 0) and the precision falls back to the identity, i.e. nearest class
     mean by Euclidean distance.
     """
-    X = _unit(X).astype(np.float64)
+    X = l2_normalize(X).astype(np.float64)
     means = np.stack([X[y == c].mean(axis=0) for c in range(n_classes)])
     centred = X - means[y]
     d = X.shape[1]
@@ -223,7 +221,7 @@ def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.n
 
 def _gda_logits(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, n_classes: int) -> np.ndarray:
     weights, bias = gda_discriminant(X, y, n_classes)
-    return _unit(X_eval).astype(np.float64) @ weights.T + bias
+    return l2_normalize(X_eval).astype(np.float64) @ weights.T + bias
 
 
 def select_gda_alpha(
@@ -241,7 +239,7 @@ def select_gda_alpha(
     n_classes = prototypes.shape[0]
     scores = np.zeros(len(alphas))
     for train, val in folds.split(X, y):
-        zs = CLIP_LOGIT_SCALE * _unit(X[val]) @ _unit(prototypes).T
+        zs = CLIP_LOGIT_SCALE * l2_normalize(X[val]) @ l2_normalize(prototypes).T
         g = _gda_logits(X[train], y[train], X[val], n_classes)
         for i, alpha in enumerate(alphas):
             scores[i] += np.mean(np.argmax(zs + alpha * g, axis=1) == y[val])
@@ -259,7 +257,7 @@ def gda(
     logits = _gda_logits(X, y, X_eval, n_classes)
     if prototypes is not None:
         alpha, _ = select_gda_alpha(X, y, prototypes, random_state=random_state)
-        logits = CLIP_LOGIT_SCALE * _unit(X_eval) @ _unit(prototypes).T + alpha * logits
+        logits = CLIP_LOGIT_SCALE * l2_normalize(X_eval) @ l2_normalize(prototypes).T + alpha * logits
     return np.argmax(logits, axis=1)
 
 
@@ -275,11 +273,11 @@ def tip_adapter(
     and α does not matter. α=1, β=5.5 are the paper's defaults, used as is.
     """
     n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
-    keys, queries = _unit(X), _unit(X_eval)
+    keys, queries = l2_normalize(X), l2_normalize(X_eval)
     values = np.eye(n_classes, dtype=np.float32)[y]
     logits = alpha * (np.exp(-beta * (1.0 - queries @ keys.T)) @ values)
     if prototypes is not None:
-        logits = logits + CLIP_LOGIT_SCALE * queries @ _unit(prototypes).T
+        logits = logits + CLIP_LOGIT_SCALE * queries @ l2_normalize(prototypes).T
     return np.argmax(logits, axis=1)
 
 
@@ -305,11 +303,11 @@ def select_tip_adapter(
     if folds is None:
         return TIP_ALPHA, TIP_BETA, None
     n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
-    X = _unit(X)
+    X = l2_normalize(X)
     scores = np.zeros((len(alphas), len(betas)))
     for train, val in folds.split(X, y):
         values = np.eye(n_classes, dtype=np.float32)[y[train]]
-        zs = None if prototypes is None else CLIP_LOGIT_SCALE * X[val] @ _unit(prototypes).T
+        zs = None if prototypes is None else CLIP_LOGIT_SCALE * X[val] @ l2_normalize(prototypes).T
         for i, alpha in enumerate(alphas):
             for j, beta in enumerate(betas):
                 logits = _tip_logits(X[train], values, X[val], zs, alpha, beta)

@@ -33,7 +33,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -43,7 +42,9 @@ from sklearn.model_selection import train_test_split
 
 from lfa_index import LFAIndexError
 from lfa_index.adapters import minilm_path
+from lfa_index.arrays import l2_normalize
 from lfa_index.data import SHARED_DATA_ENV
+from lfa_index.files import atomic_file
 
 # k-shot sampling is the library's (``lfa-index eval`` and the demo draw supports the same way)
 from lfa_index.reporting.evaluation import sample_support  # noqa: F401  (re-exported)
@@ -125,11 +126,6 @@ class FewShotSet:
         return len(self.class_names)
 
 
-def _normalize(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True).clip(min=1e-12)
-
-
 # ---------------------------------------------------------------------------- MiniLM + cache
 @functools.lru_cache(maxsize=1)
 def _minilm() -> Any:
@@ -153,17 +149,8 @@ def texts_key(texts: Sequence[str], model_id: str) -> str:
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is shared by whoever runs the benchmarks
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:  # readable by all: the cache is shared by whoever runs the benchmarks
+        np.save(f, array, allow_pickle=False)
 
 
 def embed_texts(
@@ -199,9 +186,9 @@ def load_clip_set(name: str, *, root: Path | None = None, cache_dir: Path | None
     prototypes = embed_texts([IMAGE_TEMPLATE.format(name=n) for n in readable], cache_dir=cache_dir)
     return FewShotSet(
         name=name,
-        pool_features=_normalize(np.load(folder / "val_f.npy")),
+        pool_features=l2_normalize(np.load(folder / "val_f.npy")),
         pool_labels=np.load(folder / "val_l.npy").astype(np.int64),
-        eval_features=_normalize(np.load(folder / "test_f.npy")),
+        eval_features=l2_normalize(np.load(folder / "test_f.npy")),
         eval_labels=np.load(folder / "test_l.npy").astype(np.int64),
         class_names=readable,
         prototypes=prototypes,

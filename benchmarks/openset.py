@@ -32,7 +32,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from benchmarks.data import CLIP_SETS, add_data_argument, load_set, sample_support
-from lfa_index import AlignedIndex
+from lfa_index import LFA, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
 
 RESULTS = Path(__file__).parent / "results"
@@ -46,7 +46,7 @@ def run_one(data, shots: int, seed: int, options: dict[str, Any]) -> dict[str, A
     support = sample_support(data.pool_labels, shots, seed)
     support = support[np.isin(data.pool_labels[support], seen)]
     start = time.perf_counter()
-    index = AlignedIndex(random_state=seed, **options).fit(
+    index = AlignedIndex(lfa=LFA(random_state=seed, **options)).fit(
         data.pool_features[support], remap[data.pool_labels[support]], data.prototypes[seen]
     )
     fit_s = time.perf_counter() - start

@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.speed import synthetic
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta
+from lfa_index.core.beta import select_beta
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import refine
 
 RESULTS = Path(__file__).parent / "results"
@@ -122,7 +123,8 @@ def main() -> None:
         timings[name] = time.perf_counter() - t0
 
     betas = np.round(np.linspace(0, 1, 21), 2)
-    timed("ours_beta_cv", lambda: select_beta(x0, y, p, betas=betas, random_state=0))
+    timed("ours_beta_cv", lambda: select_beta(x0, y, p, identity_informative=False, guard=False, betas=betas,
+                                              random_state=0))
     timed("reference_beta_cv", lambda: reference_beta_cv(x0, y, p))
     gen = torch.Generator(device=device).manual_seed(0)
     coin = torch.Generator().manual_seed(1)

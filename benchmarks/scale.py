@@ -8,7 +8,7 @@ batch    A saved AlignedIndex (C classes, d-dim synthetic embeddings) classifies
          workers, one thread each). Rows/s, peak memory of each worker process (VmHWM, and the
          largest private RSS seen, which leaves out the shared object-store pages), and the
          arithmetic for 1e9 rows from the measured per-worker rate.
-milvus   Milvus Lite: recall@10 of the query-side path (``search_raw``: raw corpus, y Gᵀ query,
+milvus   Milvus Lite: recall@10 of the query-side path (``search_unaligned``: raw corpus, y Gᵀ query,
          exact re-rank) against the exact aligned search for several over-fetch factors; the
          re-indexed path's agreement with FAISS; class search queries/s through Milvus and FAISS.
 
@@ -251,7 +251,7 @@ def bench_milvus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         add_aligned,
         search_aligned,
         search_classes,
-        search_raw,
+        search_unaligned,
         write_prototypes,
     )
 
@@ -272,7 +272,7 @@ def bench_milvus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         out["insert_rows_per_s"] = len(corpus) / (time.perf_counter() - started)
         for overfetch in args.overfetch:
             started = time.perf_counter()
-            _, found = search_raw(index, raw, text, k=10, overfetch=overfetch)
+            _, found = search_unaligned(index, raw, text, k=10, overfetch=overfetch)
             out[f"query_side_recall@10_overfetch_{overfetch}"] = recall_at(found, exact)
             out[f"query_side_queries_per_s_overfetch_{overfetch}"] = len(text) / (time.perf_counter() - started)
     with MilvusStore(uri, "aligned", dim=d_aligned) as aligned:

@@ -37,7 +37,7 @@ import faiss
 import numpy as np
 import torch
 
-from lfa_index import AlignedIndex
+from lfa_index import LFA, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
 from lfa_index.index import check_query_matrix, faiss_gpu_available
 
@@ -134,7 +134,8 @@ def synthetic_task(n_classes: int, dim: int, shots: int, seed: int = 0):
 
 
 def fit_index(prototypes, support, labels, device: str, **options) -> AlignedIndex:
-    return AlignedIndex(beta=0.5, steps=20, device=device, random_state=0, **options).fit(support, labels, prototypes)
+    lfa = LFA(beta=0.5, steps=20, device=device, random_state=0, **options)
+    return AlignedIndex(lfa=lfa).fit(support, labels, prototypes)
 
 
 # ------------------------------------------------------------------ sections
@@ -271,7 +272,7 @@ def bench_unaligned_real(args) -> dict[str, Any]:
     for name in CLIP_SETS:
         data = load_set(name, root=args.data)
         support = sample_support(data.pool_labels, 16, seed=1)
-        index = AlignedIndex(steps=args.real_steps, device="cpu", random_state=1).fit(
+        index = AlignedIndex(lfa=LFA(steps=args.real_steps, device="cpu", random_state=1)).fit(
             data.pool_features[support], data.pool_labels[support], data.prototypes
         )
         _, truth = index.add(data.eval_features).search_text(data.prototypes, 10)  # re-indexed: aligned corpus

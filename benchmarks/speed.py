@@ -19,11 +19,12 @@ import platform
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lfa_index import LFA
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta
+from lfa_index.core.beta import select_beta
+from lfa_index.core.config import RefineConfig
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import refine
 
 RESULTS = Path(__file__).parent / "results"
@@ -54,13 +55,14 @@ def time_phases(n_classes, shots, views, d, steps, device, precision, repeats=1,
     for _ in range(repeats + 1):  # the first round warms up kernels and allocators
         _sync(device)
         t0 = time.perf_counter()
-        beta, _, _ = select_beta(x0, y, p, betas=np.round(np.linspace(0, 1, 21), 2), random_state=0)
+        beta = select_beta(x0, y, p, identity_informative=False, guard=False, random_state=0).beta
         w0 = beta_procrustes(orthogonal_procrustes(x0, p[y]), beta)
         _sync(device)
         t1 = time.perf_counter()
         gen = torch.Generator(device=device).manual_seed(0)
         coin = torch.Generator().manual_seed(1)
-        refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, precision=precision, cuda_graph=cuda_graph)
+        refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, config=RefineConfig(precision=precision),
+               cuda_graph=cuda_graph)
         _sync(device)
         t2 = time.perf_counter()
         phases = {"beta_cv_and_procrustes_s": t1 - t0, "refine_s": t2 - t1, "total_s": t2 - t0}

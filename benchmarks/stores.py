@@ -38,7 +38,7 @@ import faiss
 import numpy as np
 import torch
 
-from lfa_index import AlignedIndex
+from lfa_index import LFA, AlignedIndex
 from lfa_index.stores import (
     ChromaStore,
     FaissStore,
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.stores = ["faiss"] + [s for s in args.stores if s != "faiss"]
     prototypes, images = synthetic_task(args.classes, args.dim)
     support, labels = images(2 * args.classes, seed=1, labels=np.repeat(np.arange(args.classes), 2))
-    index = AlignedIndex(beta=0.5, steps=20, device="cpu", random_state=0).fit(support, labels, prototypes)
+    index = AlignedIndex(lfa=LFA(beta=0.5, steps=20, device="cpu", random_state=0)).fit(support, labels, prototypes)
     corpus, _ = images(args.n, seed=2)
     queries, _ = images(args.queries, seed=3)
     text = prototypes[np.random.default_rng(4).integers(0, args.classes, args.search_queries)]

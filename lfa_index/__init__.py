@@ -1,19 +1,24 @@
 """lfa-index: few-shot adaptation of any embedding model by Linear Feature Alignment."""
 
-from .core import (
-    LFA,
+from .core import LFA, max_pool_frames
+from .errors import (
     DimensionMismatchError,
+    DuplicateIdError,
+    EmptyIndexError,
+    IdsExhaustedError,
+    IndexFormatError,
+    IndexPathError,
+    IndexVersionError,
     InvalidInputError,
     InvalidParameterError,
     LabelError,
     LFAIndexError,
     NonFiniteError,
+    NotFittedError,
     ShapeError,
     ZeroNormError,
-    max_pool_frames,
 )
-from .index import AlignedIndex, DuplicateIdError, EmptyIndexError, NotFittedError
-from .persistence import IndexFormatError, IndexPathError, IndexVersionError
+from .index import AlignedIndex, LabelSpace
 
 __version__ = "0.1.0"
 
@@ -29,9 +34,11 @@ __all__ = [
     "DimensionMismatchError",
     "LabelError",
     "AlignedIndex",
+    "LabelSpace",
     "NotFittedError",
     "EmptyIndexError",
     "DuplicateIdError",
+    "IdsExhaustedError",
     "IndexFormatError",
     "IndexVersionError",
     "IndexPathError",

@@ -22,6 +22,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import KNeighborsClassifier
 
+from .arrays import l2_normalize
+
 KNN_MAX_NEIGHBORS = 16
 LINEAR_PROBE_C = 1.0
 LINEAR_PROBE_MAX_ITER = 1000
@@ -29,22 +31,17 @@ LINEAR_PROBE_MAX_ITER = 1000
 _FEW_ROWS_WARNING = "The number of unique classes is greater than 50%"
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.linalg.norm(x, axis=-1, keepdims=True).clip(min=1e-12)
-
-
 def zero_shot(prototypes: np.ndarray, X_eval: np.ndarray) -> np.ndarray:
     """Index of the nearest prototype by cosine (M,). Meaningful only when X_eval and the
     prototypes come from the same model (one embedding space)."""
-    return np.argmax(_unit(X_eval) @ _unit(prototypes).T, axis=1)
+    return np.argmax(l2_normalize(X_eval) @ l2_normalize(prototypes).T, axis=1)
 
 
 def nearest_class_mean(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray) -> np.ndarray:
     """Cosine to the L2-normalised mean of each class's support rows."""
-    X, X_eval = _unit(X), _unit(X_eval)
+    X, X_eval = l2_normalize(X), l2_normalize(X_eval)
     classes = np.unique(y)
-    means = _unit(np.stack([X[y == c].mean(axis=0) for c in classes]))
+    means = l2_normalize(np.stack([X[y == c].mean(axis=0) for c in classes]))
     return classes[np.argmax(X_eval @ means.T, axis=1)]
 
 
@@ -58,7 +55,7 @@ def knn(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, n_neighbors: int | Non
     k = knn_neighbors(y) if n_neighbors is None else n_neighbors
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_FEW_ROWS_WARNING)
-        return KNeighborsClassifier(n_neighbors=k).fit(_unit(X), y).predict(_unit(X_eval))
+        return KNeighborsClassifier(n_neighbors=k).fit(l2_normalize(X), y).predict(l2_normalize(X_eval))
 
 
 def linear_probe(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, C: float = LINEAR_PROBE_C) -> np.ndarray:
@@ -67,7 +64,7 @@ def linear_probe(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, C: float = LI
         warnings.simplefilter("ignore", ConvergenceWarning)
         warnings.filterwarnings("ignore", message=_FEW_ROWS_WARNING)
         model = LogisticRegression(C=C, max_iter=LINEAR_PROBE_MAX_ITER)
-        return model.fit(_unit(X), y).predict(_unit(X_eval))
+        return model.fit(l2_normalize(X), y).predict(l2_normalize(X_eval))
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,12 @@ import numpy as np
 import threadpoolctl
 import torch
 
-from .core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, LFAIndexError
 from .core.validation import check_number
+from .errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, RowCountError, SchemaError
+from .extras import import_extra
 from .index import AlignedIndex, check_query_matrix
-from .stores.errors import SchemaError, import_extra
 
 _FINGERPRINT_MODULUS = 1 << 64
-
-
-class RowCountError(LFAIndexError, RuntimeError):
-    """The output of a batch job does not hold exactly the rows of its input."""
 
 
 @dataclass(frozen=True)
@@ -122,12 +118,10 @@ class ClassifyBatch:
         else:  # Ray hands empty blocks on (an empty file): answer with an empty table of the same schema
             scores, labels = np.empty(0, np.float32), self.index.classes_[:0]
         if self.reject_below is not None:
-            rejected = scores < self.reject_below
-            labels = labels.astype(object) if self.index.unknown_label_ is None else labels
-            labels[rejected] = self.index.unknown_label_
+            labels = self.index.label_space_.reject(labels, scores, self.reject_below)
         names = ((self.id_column,) if self.id_column else ()) + self.keep_columns
         columns = {name: batch.column(name) for name in names}
-        label_type = pa.string() if self.index.label_space_ == "name" else pa.int64()
+        label_type = pa.string() if self.index.label_space_.kind == "name" else pa.int64()
         columns[self.label_column] = pa.array(labels.tolist() if labels.dtype == object else labels, type=label_type)
         columns[self.score_column] = pa.array(scores.astype(np.float32))
         if self._aligned:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import csv
 import io
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ from lfa_index.cli import inputs as cli_inputs
 COMMANDS = ("fit", "predict", "search", "eval", "report", "demo")
 N_CLASSES, DIM = 5, 16
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+REPO = Path(__file__).resolve().parents[1]
 
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
@@ -289,6 +294,72 @@ def test_raw_inputs_without_an_encoder_fail_before_any_work(files, capsys):
     code, _, err = run(capsys, "fit", "-q", "--texts", files / "t.csv", "--text-model", "openai:text-embedding-3-small",
                        "-o", files / "idx_nomodel")
     assert_clean_error(code, err, "embedding texts needs an encoder", "--model SPEC")
+
+
+def _bad_input_cases(index_dir, files):
+    """(name, argv, needle) for every kind of unreadable input file or option value."""
+    bad = files / "bad"
+    bad.mkdir()
+    for name, content in {
+        "empty.npy": b"", "empty.npz": b"", "empty.safetensors": b"", "garbage.safetensors": b"\xff" * 64,
+        "empty.parquet": b"", "garbage.parquet": b"PAR1 not a parquet file PAR1", "broken.json": b"[1, 2",
+        "empty.json": b"", "latin1.txt": "caf\u00e9\n".encode("latin-1"),
+        "latin1.csv": "text,label\ncaf\u00e9,a\n".encode("latin-1"),
+    }.items():
+        (bad / name).write_bytes(content)
+    queries = files / "support_int.npy"
+    fit = ["fit", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy", "--steps", 2]
+    cases = [
+        (f"queries {name}", ["predict", index_dir, "--queries", bad / name], name)
+        for name in ("empty.npy", "empty.npz", "empty.safetensors", "garbage.safetensors", "empty.parquet",
+                     "garbage.parquet")
+    ]
+    cases += [
+        ("malformed labels JSON", ["predict", index_dir, "--queries", queries, "--labels", bad / "broken.json"],
+         "broken.json"),
+        ("empty labels JSON", ["predict", index_dir, "--queries", queries, "--labels", bad / "empty.json"],
+         "empty.json"),
+        ("non-UTF-8 labels", ["predict", index_dir, "--queries", queries, "--labels", bad / "latin1.txt"], "UTF-8"),
+        ("non-UTF-8 classes", [*fit, "--classes", bad / "latin1.txt", "-o", files / "idx_latin"], "UTF-8"),
+        ("non-UTF-8 texts", ["predict", index_dir, "--texts", bad / "latin1.csv", "--model", "minilm"], "UTF-8"),
+        ("non-UTF-8 prompt file", ["search", index_dir, "--prompt-file", bad / "latin1.txt"], "UTF-8"),
+    ]
+    cases += [
+        (f"--reject-below {tau}", ["predict", index_dir, "--queries", queries, "--reject-below", tau], "[-1, 1]")
+        for tau in ("abc", "nan", "5")
+    ]
+    return cases
+
+
+def test_unreadable_inputs_print_one_error_line_through_the_real_command(index_dir, files):
+    """Through ``python -m lfa_index.cli`` (what the ``lfa-index`` script runs): exit 1, one line, no traceback."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+
+    def command(case):
+        name, argv, needle = case
+        done = subprocess.run(
+            [sys.executable, "-m", "lfa_index.cli", *map(str, argv), "-q", "--device", "cpu", "--no-cache"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        )
+        return name, done.returncode, done.stderr, needle
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(command, _bad_input_cases(index_dir, files)))
+    failures = []
+    for name, code, err, needle in results:
+        lines = err.strip().splitlines()
+        clean = (code == 1 and len(lines) == 1 and lines[0].startswith("lfa-index: error: ") and needle in lines[0])
+        if not clean:
+            failures.append(f"{name}: exit {code}, stderr:\n{err[-1500:]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def test_a_threshold_of_nan_or_outside_minus_one_to_one_is_refused(index_dir, files, capsys):
+    for tau in ("nan", "inf", "1.01", "-1.01", "cosine"):
+        code, _, err = run(capsys, "predict", "-q", index_dir, "--queries", files / "eval.npz", "--reject-below", tau)
+        assert_clean_error(code, err, "--reject-below", "[-1, 1]")
+    code, _, _ = run(capsys, "predict", "-q", index_dir, "--queries", files / "eval.npz", "--reject-below", "-1")
+    assert code == 0
 
 
 def test_usage_errors_exit_2(capsys):

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from lfa_index import AlignedIndex, DimensionMismatchError, InvalidParameterError
+from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidParameterError
 from lfa_index.distributed import BatchReport, ClassifyBatch, RowCountError, check_output, classify_parquet
 from lfa_index.stores import MissingExtraError, SchemaError
 
@@ -47,7 +47,7 @@ def table(tmp_path_factory):
     mix = rng.standard_normal((D_TXT, D_IMG)).astype(np.float32)
     labels = np.repeat(np.arange(len(NAMES)), 4)
     support = (text[labels] @ mix + 0.8 * rng.standard_normal((len(labels), D_IMG))).astype(np.float32)
-    index = AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
     index_path = index.save(root / "index")
     classes = rng.integers(0, len(NAMES), N_ROWS)
     X = (text[classes] @ mix + 0.8 * rng.standard_normal((N_ROWS, D_IMG))).astype(np.float32)

@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+from synthetic import planted_gap_problem
 
 from lfa_index import LFA, max_pool_frames
 from lfa_index.core.projection import random_projection_matrix
-from synthetic import planted_gap_problem
 
 
 def test_sklearn_conventions_get_set_params_and_clone():
@@ -46,8 +46,10 @@ def test_full_lfa_beats_zero_shot_on_a_planted_gap():
 
 def test_two_mappings_are_exposed_and_usable(planted):
     x, y, protos, xt, yt = planted
-    lfa = LFA(steps=60, random_state=0).fit(x, y, protos)
-    np.testing.assert_allclose(lfa.W_avg_, (lfa.W_ + lfa.W_tt_) / 2)
+    lfa = LFA(steps=60, mapping="task", random_state=0).fit(x, y, protos)
+    np.testing.assert_allclose(lfa.W_avg_, (lfa.W_ + lfa.W_ema_) / 2)  # the average of the paper's two maps
+    paper = LFA.paper(steps=60, random_state=0).fit(x, y, protos)
+    np.testing.assert_array_equal(paper.W_tt_, paper.W_ema_)  # the paper serves new classes with its W_tt
     for mapping in ("task", "tt", "average"):
         assert lfa.predict(xt, mapping=mapping).shape == (len(xt),)
     # prototypes of other classes can be scored with either map

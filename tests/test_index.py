@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import lfa_index.index as index_module
+import lfa_index.index.corpus as corpus_module
+import lfa_index.index.folding as folding_module
 from lfa_index import LFA, AlignedIndex
 
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
@@ -54,7 +56,7 @@ def task():
 @pytest.fixture(scope="module")
 def fitted(task):
     support, labels, text, _, _ = task
-    return AlignedIndex(**OPTIONS).fit(support, labels, text)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
 
 
 # ------------------------------------------------------------------ exact folded search
@@ -63,7 +65,7 @@ def fitted(task):
 )
 def test_folded_topk_equals_normalised_topk(d_img, d_txt):
     support, labels, text, queries, _ = make_task(d_img, d_txt, n_classes=40, shots=2, seed=1)
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
     ref = reference_cosines(index.lfa_, queries, index.lfa_.prototypes_, index.lfa_.W_, index.lfa_.intercept_)
     k = 7
     ref_top = np.argsort(-ref, axis=1, kind="stable")[:, :k]
@@ -85,7 +87,7 @@ def test_predict_computes_no_query_norms(fitted, task, monkeypatch):
         raise AssertionError("predict() must rank by the folded inner product alone")
 
     expected = fitted.predict(task[3])
-    monkeypatch.setattr(index_module, "_row_norms", forbidden)
+    monkeypatch.setattr(folding_module, "query_norms", forbidden)
     np.testing.assert_array_equal(fitted.predict(task[3]), expected)
 
 
@@ -106,10 +108,10 @@ def test_k_larger_than_the_number_of_classes_returns_every_class(fitted, task):
 
 def test_every_lfa_option_passes_through_to_the_core(task):
     support, labels, text, _, _ = task
-    index = AlignedIndex(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3)
+    index = AlignedIndex(lfa=LFA(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3))
     index.fit(support, labels, text)
     assert index.lfa_.beta_ == 0.25 and index.lfa_.steps_ == 3 and index.lfa_.k == 2
-    assert index.get_params()["temperature"] == 0.05
+    assert index.get_params()["lfa__temperature"] == 0.05
     lfa = LFA(beta=0.25, steps=3, k=2, temperature=0.05, device="cpu", random_state=3).fit(support, labels, text)
     np.testing.assert_array_equal(index.lfa_.W_, lfa.W_)
 
@@ -118,9 +120,9 @@ def test_every_lfa_option_passes_through_to_the_core(task):
 def test_string_labels_come_back_as_names(task):
     support, labels, text, queries, _ = task
     names = [f"class {i}" for i in range(len(text))]
-    index = AlignedIndex(**OPTIONS).fit(support, np.array(names)[labels], text, class_names=names)
-    by_index = AlignedIndex(**OPTIONS).fit(support, labels, text)
-    assert index.label_space_ == "name"
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(names)[labels], text, class_names=names)
+    by_index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    assert index.label_space_.kind == "name"
     np.testing.assert_array_equal(index.predict(queries), np.array(names)[by_index.predict(queries)])
     assert index.search(queries, 3)[1][0, 0] in names
 
@@ -128,8 +130,8 @@ def test_string_labels_come_back_as_names(task):
 def test_integer_labels_come_back_as_integers_even_with_names(task):
     support, labels, text, queries, _ = task
     names = [f"class {i}" for i in range(len(text))]
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text, class_names=names)
-    assert index.label_space_ == "index" and index.class_names_ == names
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text, class_names=names)
+    assert index.label_space_.kind == "index" and index.class_names_ == names
     assert index.predict(queries).dtype == np.int64
 
 
@@ -146,7 +148,7 @@ def test_reject_below_returns_the_sentinel_where_the_best_cosine_is_lower(fitted
 def test_rejected_names_become_none(task):
     support, labels, text, queries, _ = task
     names = [f"c{i}" for i in range(len(text))]
-    index = AlignedIndex(**OPTIONS).fit(support, np.array(names)[labels], text, class_names=names)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(names)[labels], text, class_names=names)
     pred = index.predict(queries, reject_below=1.0)
     assert index.unknown_label_ is None and all(p is None for p in pred)
 
@@ -165,7 +167,7 @@ def test_rejection_threshold_accepts_the_asked_share_of_the_support(fitted, task
 def test_added_classes_are_scored_with_the_base_to_new_map(task):
     support, labels, text, queries, _ = task
     base = 8
-    index = AlignedIndex(**OPTIONS).fit(support[labels < base], labels[labels < base], text[:base])
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < base], labels[labels < base], text[:base])
     index.add_classes(text[base:])
     lfa = index.lfa_
     expected = np.concatenate(
@@ -186,7 +188,8 @@ def test_added_classes_are_scored_with_the_base_to_new_map(task):
 def test_added_classes_take_names_when_the_index_has_names(task):
     support, labels, text, _, _ = task
     names = [f"c{i}" for i in range(len(text))]
-    index = AlignedIndex(**OPTIONS).fit(support[labels < 8], np.array(names)[labels[labels < 8]], text[:8], names[:8])
+    seen = labels < 8
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[seen], np.array(names)[labels[seen]], text[:8], names[:8])
     index.add_classes(text[8:], names=names[8:])
     assert list(index.classes_) == names
     assert index.predict(text[9:10] @ np.eye(32, dtype=np.float32))[0] in names
@@ -197,7 +200,7 @@ def test_partial_fit_is_a_warm_start_on_all_support_so_far(task):
     half = len(support) // 2
     order = np.random.default_rng(0).permutation(len(support))
     first, second = order[:half], order[half:]
-    index = AlignedIndex(**OPTIONS).fit(support[first], labels[first], text)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[first], labels[first], text)
     lfa = LFA(**OPTIONS).fit(support[first], labels[first], text)
     index.partial_fit(support[second], labels[second])
     lfa.set_params(warm_start=True).fit(support[np.r_[first, second]], labels[np.r_[first, second]], text)
@@ -208,7 +211,7 @@ def test_partial_fit_is_a_warm_start_on_all_support_so_far(task):
 
 def test_partial_fit_with_images_of_an_added_class_makes_it_a_fitted_class(task):
     support, labels, text, _, _ = task
-    index = AlignedIndex(**OPTIONS).fit(support[labels < 8], labels[labels < 8], text[:8])
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < 8], labels[labels < 8], text[:8])
     index.add_classes(text[8:])
     index.partial_fit(support[labels == 9], labels[labels == 9])
     np.testing.assert_array_equal(np.flatnonzero(index.is_new_class_), [8, 10, 11])
@@ -232,7 +235,7 @@ def brute_force(index: AlignedIndex, queries_aligned: np.ndarray, corpus: np.nda
 
 def test_text_search_is_exact_in_a_flat_corpus_and_ids_round_trip(task, corpus):
     support, labels, text, _, _ = task
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
     ids = np.random.default_rng(1).permutation(10**6)[: len(corpus)].astype(np.int64)
     index.add(corpus[:1000], ids=ids[:1000]).add(corpus[1000:], ids=ids[1000:])
     assert index.corpus_size_ == len(corpus)
@@ -244,7 +247,7 @@ def test_text_search_is_exact_in_a_flat_corpus_and_ids_round_trip(task, corpus):
 
 def test_image_search_is_knn_in_the_aligned_space(task, corpus):
     support, labels, text, queries, _ = task
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
     scores, found = index.search_corpus(queries[:20], k=5)
     ref_scores, ref_ids = brute_force(index, index.lfa_.transform(queries[:20]), corpus, np.arange(len(corpus)), 5)
     np.testing.assert_array_equal(found, ref_ids)
@@ -254,21 +257,22 @@ def test_image_search_is_knn_in_the_aligned_space(task, corpus):
 
 
 def test_default_ids_continue_after_the_largest_id(fitted, corpus):
-    index = AlignedIndex(**OPTIONS).fit(*make_task()[:3])
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(*make_task()[:3])
     index.add(corpus[:5], ids=[10, 11, 12, 13, 40]).add(corpus[5:8])
     assert sorted(index.search_corpus(corpus[:8], k=8)[1][0]) == [10, 11, 12, 13, 40, 41, 42, 43]
 
 
 def test_k_larger_than_the_corpus_returns_what_exists(fitted, corpus):
-    index = AlignedIndex(**OPTIONS).fit(*make_task()[:3]).add(corpus[:7])
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(*make_task()[:3]).add(corpus[:7])
     scores, ids = index.search_text(make_task()[2][:2], k=50)
     assert ids.shape == (2, 7) and sorted(ids[0]) == list(range(7))
 
 
 def test_ivf_pq_corpus_trains_on_first_add_and_searches(task, corpus):
     support, labels, text, _, _ = task
-    flat = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
-    ivf = AlignedIndex(corpus_factory="IVF16,PQ32x4np", corpus_params="nprobe=8", **OPTIONS).fit(support, labels, text)
+    flat = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
+    ivf = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF16,PQ32x4np", corpus_params="nprobe=8")
+    ivf.fit(support, labels, text)
     ivf.add(corpus[:2000], ids=np.arange(2000) + 7).add(corpus[2000:], ids=np.arange(2000, 3000) + 7)
     inner = faiss.extract_index_ivf(ivf._corpus.index)
     assert inner.is_trained and inner.nprobe == 8 and ivf.corpus_size_ == 3000
@@ -284,7 +288,7 @@ def test_ivf_pq_corpus_trains_on_first_add_and_searches(task, corpus):
 def test_query_transform_gives_the_core_aligned_embedding(task, preset, d_out):
     support, labels, text, queries, _ = make_task(48, 32)
     extra = dict(projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task")
-    index = AlignedIndex(**OPTIONS, **(extra if preset == "paper" else {})).fit(support, labels, text)
+    index = AlignedIndex(lfa=LFA(**OPTIONS, **(extra if preset == "paper" else {}))).fit(support, labels, text)
     g = index.query_transform()
     assert g.shape == (48, d_out)
     unit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
@@ -305,8 +309,8 @@ def test_query_transform_gives_the_core_aligned_embedding(task, preset, d_out):
 
 def test_search_unaligned_recovers_exact_aligned_search(task, corpus):
     support, labels, text, _, _ = task
-    index = AlignedIndex(**OPTIONS).fit(support, labels, text)
-    aligned = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    aligned = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
     raw = faiss.IndexFlatIP(32)
     raw.add(corpus)
     exact_scores, exact_ids = aligned.search_text(text, k=10)
@@ -333,7 +337,7 @@ def test_search_unaligned_reads_vectors_when_the_index_cannot_reconstruct(fitted
 # ------------------------------------------------------------------ concurrency
 def test_concurrent_calls_give_the_sequential_answers(task, corpus):
     support, labels, text, queries, _ = task
-    index = AlignedIndex(**OPTIONS).fit(support[labels < 10], labels[labels < 10], text[:10]).add(corpus)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < 10], labels[labels < 10], text[:10]).add(corpus)
     index.add_classes(text[10:])
     calls = {
         "predict": lambda q: index.predict(q),
@@ -374,9 +378,9 @@ def test_concurrent_calls_give_the_sequential_answers(task, corpus):
 @pytest.mark.skipif(not index_module.faiss_gpu_available(), reason="needs faiss-gpu and a GPU")
 def test_gpu_indexes_give_the_cpu_answers(task, corpus):
     support, labels, text, queries, _ = task
-    cpu = AlignedIndex(**OPTIONS).fit(support, labels, text).add(corpus)
-    gpu = AlignedIndex(**{**OPTIONS, "device": "cuda"}).fit(support, labels, text).add(corpus)
-    assert gpu._on_gpu() and "Gpu" in type(faiss.downcast_index(gpu._state.groups[0].index)).__name__
+    cpu = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
+    gpu = AlignedIndex(lfa=LFA(**{**OPTIONS, "device": "cuda"})).fit(support, labels, text).add(corpus)
+    assert gpu._table.device.on_gpu and "Gpu" in type(faiss.downcast_index(gpu._table.groups[0].index)).__name__
     assert (gpu.predict(queries) == cpu.predict(queries)).mean() > 0.99
     assert (gpu.search_text(text, 5)[1] == cpu.search_text(text, 5)[1]).mean() > 0.95
 
@@ -386,8 +390,8 @@ def test_a_large_first_add_trains_on_a_bounded_sample(task, corpus, monkeypatch)
     seen = []
     train = faiss.IndexIDMap2.train
     monkeypatch.setattr(faiss.IndexIDMap2, "train", lambda self, x: (seen.append(len(x)), train(self, x))[1])
-    monkeypatch.setattr(index_module, "_TRAIN_ROWS", 500)
-    index = AlignedIndex(corpus_factory="PQ8x4np", **OPTIONS).fit(support, labels, text).add(corpus)
+    monkeypatch.setattr(corpus_module, "TRAIN_ROWS", 500)
+    index = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="PQ8x4np").fit(support, labels, text).add(corpus)
     assert seen == [500] and index.corpus_size_ == len(corpus)
-    ivf = AlignedIndex(corpus_factory="IVF4,Flat", **OPTIONS).fit(support, labels, text).add(corpus)
+    ivf = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF4,Flat").fit(support, labels, text).add(corpus)
     assert seen == [500, 1024] and ivf.corpus_size_ == len(corpus)  # 256 points per IVF list

@@ -8,6 +8,7 @@ import pytest
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
 from lfa_index import (
+    LFA,
     AlignedIndex,
     DimensionMismatchError,
     DuplicateIdError,
@@ -42,13 +43,13 @@ def data():
 @pytest.fixture(scope="module")
 def index(data):
     support, labels, text, _ = data
-    return AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
 
 
 @pytest.fixture()
 def with_corpus(data):
     support, labels, text, queries = data
-    return AlignedIndex(**OPTIONS).fit(support, labels, text).add(queries, ids=np.arange(10))
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(queries, ids=np.arange(10))
 
 
 QUERY_CALLS = {
@@ -63,7 +64,7 @@ QUERY_CALLS = {
 
 def fresh(data):
     support, labels, text, _ = data
-    return AlignedIndex(**OPTIONS).fit(support, labels, text).add(data[3])
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(data[3])
 
 
 def test_errors_subclass_the_core_hierarchy_and_builtins():
@@ -111,11 +112,11 @@ def test_labels_not_in_class_names(data):
     bad = np.array(NAMES)[labels].astype(object)
     bad[3] = "zebra"
     with pytest.raises(LabelError, match="zebra"):
-        AlignedIndex(**OPTIONS).fit(support, bad, text, class_names=NAMES)
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, bad, text, class_names=NAMES)
     with pytest.raises(LabelError, match="class_names"):
-        AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text)
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text)
     with pytest.raises(LabelError, match="0..5"):
-        AlignedIndex(**OPTIONS).fit(support, labels + 1, text)
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels + 1, text)
 
 
 def test_partial_fit_labels_must_be_known_classes(index, data):
@@ -128,11 +129,11 @@ def test_partial_fit_labels_must_be_known_classes(index, data):
 def test_bad_class_names(data):
     support, labels, text, _ = data
     with pytest.raises(ShapeError, match="one name per row"):
-        AlignedIndex(**OPTIONS).fit(support, labels, text, class_names=NAMES[:5])
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text, class_names=NAMES[:5])
     with pytest.raises(LabelError, match="distinct"):
-        AlignedIndex(**OPTIONS).fit(support, labels, text, class_names=["a"] * 6)
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text, class_names=["a"] * 6)
     with pytest.raises(InvalidParameterError, match="strings"):
-        AlignedIndex(**OPTIONS).fit(support, labels, text, class_names=list(range(6)))
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text, class_names=list(range(6)))
 
 
 def test_add_classes_needs_new_distinct_names(index, data):
@@ -172,7 +173,7 @@ def test_duplicate_ids_on_add(with_corpus, data):
 
 def test_untrainable_first_add_leaves_the_corpus_empty(data):
     support, labels, text, queries = data
-    ix = AlignedIndex(corpus_factory="IVF64,Flat", **OPTIONS).fit(support, labels, text)
+    ix = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF64,Flat").fit(support, labels, text)
     with pytest.raises(InvalidInputError, match="add more images in the first call"):
         ix.add(queries)
     assert ix.corpus_size_ == 0
@@ -192,13 +193,13 @@ def test_bad_parameters(data):
     with pytest.raises(InvalidParameterError, match="unknown option"):
         AlignedIndex(betta=0.5).fit(support, labels, text)
     with pytest.raises(InvalidParameterError, match="corpus_factory"):
-        AlignedIndex(corpus_factory="NotAnIndex", **OPTIONS).fit(support, labels, text)
+        AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="NotAnIndex").fit(support, labels, text)
     with pytest.raises(InvalidParameterError, match="corpus_mapping"):
-        AlignedIndex(corpus_mapping="both", **OPTIONS).fit(support, labels, text)
+        AlignedIndex(lfa=LFA(**OPTIONS), corpus_mapping="both").fit(support, labels, text)
     with pytest.raises(InvalidParameterError, match="beta"):
-        AlignedIndex(beta=2.0, steps=3).fit(support, labels, text)
+        AlignedIndex(lfa=LFA(beta=2.0, steps=3)).fit(support, labels, text)
     with pytest.raises(InvalidParameterError, match="corpus_params"):
-        AlignedIndex(corpus_params="nprobe=4", **OPTIONS).fit(support, labels, text).add(data[3])
+        AlignedIndex(lfa=LFA(**OPTIONS), corpus_params="nprobe=4").fit(support, labels, text).add(data[3])
 
 
 def test_bad_call_arguments(index, data):

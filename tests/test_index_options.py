@@ -42,7 +42,7 @@ def task():
 @pytest.fixture(scope="module")
 def index(task):
     support, labels, text, _, _, corpus = task
-    ix = AlignedIndex(**ALL_ON).fit(support, labels, text[:10])
+    ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, labels, text[:10])
     ix.add_classes(text[10:])
     return ix.add(corpus)
 
@@ -65,7 +65,7 @@ def test_an_index_with_biases_and_centring_answers_like_its_estimator(task, inde
 
 def test_exported_vectors_classify_in_a_plain_inner_product_store(task):
     support, labels, text, queries, _, _ = task
-    ix = AlignedIndex(**ALL_ON).fit(support, labels, text[:10])
+    ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, labels, text[:10])
     exported = ix.aligned_prototypes()
     assert exported.shape == (10, 41)  # d_in + the bias coordinate
     store = faiss.IndexFlatIP(41)

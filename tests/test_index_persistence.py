@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
 import json
+import multiprocessing
+import os
 import pickle
+import shutil
+import signal
+import time
+from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
 
 import lfa_index.persistence as persistence
-from lfa_index import AlignedIndex, IndexFormatError, IndexPathError, IndexVersionError
+from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexVersionError
+from lfa_index.persistence import IndexPermissionError
 
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 NAMES = [f"class {i}" for i in range(10)]
@@ -35,7 +44,7 @@ def data():
 def index(data):
     """Named classes, an image-side projection (40 -> 24), two added classes and an IVF corpus."""
     support, labels, text, _, corpus = data
-    ix = AlignedIndex(corpus_factory="IVF8,Flat", corpus_params="nprobe=4", **OPTIONS)
+    ix = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF8,Flat", corpus_params="nprobe=4")
     ix.fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
     ix.add_classes(text[10:], names=["new a", "new b"])
     return ix.add(corpus, ids=np.arange(len(corpus)) * 3 + 1)
@@ -68,20 +77,27 @@ def test_save_then_load_gives_identical_answers(index, data, tmp_path):
     index.save(tmp_path / "ix")
     loaded = AlignedIndex.load(tmp_path / "ix")
     assert_same(answers(index, data), answers(loaded, data))
-    assert loaded.get_params() == index.get_params()
+    params = [{k: v for k, v in ix.get_params().items() if k != "lfa"} for ix in (loaded, index)]  # lfa: two LFAs
+    assert params[0] == params[1]
     assert list(loaded.classes_) == NAMES + ["new a", "new b"] and loaded.corpus_size_ == index.corpus_size_
     assert faiss.extract_index_ivf(loaded._corpus.index).nprobe == 4
 
 
+def data_dir(path):
+    """The folder holding the files of the index at ``path`` (named by its manifest)."""
+    return path / json.loads((path / "manifest.json").read_text())["data"]
+
+
 def test_directory_holds_safetensors_json_and_faiss_files_with_checksums(index, tmp_path):
     path = index.save(tmp_path / "ix")
-    files = sorted(p.name for p in path.iterdir())
-    assert files == ["arrays.safetensors", "corpus.faiss", "manifest.json", "params.json"]
     manifest = json.loads((path / "manifest.json").read_text())
+    assert sorted(p.name for p in path.iterdir()) == [".lfa-index.lock", manifest["data"], "manifest.json"]
+    files = sorted(p.name for p in data_dir(path).iterdir())
+    assert files == ["arrays.safetensors", "corpus.faiss", "params.json"]
     assert manifest["format"] == "lfa-index" and manifest["format_version"] == persistence.FORMAT_VERSION
     assert set(manifest["files"]) == {"arrays.safetensors", "corpus.faiss", "params.json"}
     assert all(len(entry["sha256"]) == 64 for entry in manifest["files"].values())
-    assert json.loads((path / "params.json").read_text())["class_names"] == NAMES + ["new a", "new b"]
+    assert json.loads((data_dir(path) / "params.json").read_text())["class_names"] == NAMES + ["new a", "new b"]
 
 
 def test_load_never_unpickles(index, tmp_path, monkeypatch):
@@ -98,7 +114,7 @@ def test_load_never_unpickles(index, tmp_path, monkeypatch):
 
 def test_partial_fit_after_load_continues_as_before(data, tmp_path):
     support, labels, text, queries, _ = data
-    original = AlignedIndex(**OPTIONS).fit(support[::2], labels[::2], text)
+    original = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[::2], labels[::2], text)
     original.save(tmp_path / "ix")
     loaded = AlignedIndex.load(tmp_path / "ix")
     original.partial_fit(support[1::2], labels[1::2])
@@ -109,10 +125,10 @@ def test_partial_fit_after_load_continues_as_before(data, tmp_path):
 
 def test_index_without_corpus_round_trips(data, tmp_path):
     support, labels, text, queries, _ = data
-    ix = AlignedIndex(**OPTIONS).fit(support, labels, text[:10])
+    ix = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text[:10])
     loaded = AlignedIndex.load(ix.save(tmp_path / "ix"))
     np.testing.assert_array_equal(loaded.predict(queries), ix.predict(queries))
-    assert loaded.corpus_size_ == 0 and loaded.label_space_ == "index"
+    assert loaded.corpus_size_ == 0 and loaded.label_space_.kind == "index"
 
 
 # ------------------------------------------------------------------ where save may write
@@ -120,7 +136,7 @@ def test_save_replaces_an_existing_index_and_fills_an_empty_directory(index, dat
     support, labels, text, queries, _ = data
     (tmp_path / "empty").mkdir()
     index.save(tmp_path / "empty")
-    other = AlignedIndex(**OPTIONS).fit(support, labels, text[:10])
+    other = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text[:10])
     other.save(tmp_path / "empty")
     np.testing.assert_array_equal(AlignedIndex.load(tmp_path / "empty").predict(queries), other.predict(queries))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]  # no temporary directories left
@@ -150,6 +166,7 @@ def test_a_failed_save_leaves_the_previous_index_intact(index, data, tmp_path, m
         index.save(path)
     assert (path / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]
+    assert len(list(path.glob("data-*"))) == 1  # the failed save's folder is gone
     monkeypatch.undo()
     assert_same(answers(AlignedIndex.load(path), data), answers(index, data))
 
@@ -161,22 +178,22 @@ def saved(index, tmp_path):
 
 
 def test_corrupted_file_is_detected(saved):
-    blob = bytearray((saved / "arrays.safetensors").read_bytes())
+    blob = bytearray((data_dir(saved) / "arrays.safetensors").read_bytes())
     blob[len(blob) // 2] ^= 0xFF
-    (saved / "arrays.safetensors").write_bytes(bytes(blob))
+    (data_dir(saved) / "arrays.safetensors").write_bytes(bytes(blob))
     with pytest.raises(IndexFormatError, match="corrupted"):
         AlignedIndex.load(saved)
 
 
 def test_truncated_file_is_detected(saved):
-    blob = (saved / "corpus.faiss").read_bytes()
-    (saved / "corpus.faiss").write_bytes(blob[: len(blob) // 2])
+    blob = (data_dir(saved) / "corpus.faiss").read_bytes()
+    (data_dir(saved) / "corpus.faiss").write_bytes(blob[: len(blob) // 2])
     with pytest.raises(IndexFormatError, match="truncated"):
         AlignedIndex.load(saved)
 
 
 def test_missing_file_is_detected(saved):
-    (saved / "params.json").unlink()
+    (data_dir(saved) / "params.json").unlink()
     with pytest.raises(IndexFormatError, match="missing"):
         AlignedIndex.load(saved)
 
@@ -216,3 +233,284 @@ def test_consistent_but_foreign_contents_are_refused(tmp_path):
     )
     with pytest.raises(IndexFormatError, match="not written by AlignedIndex.save"):
         AlignedIndex.load(tmp_path / "odd")
+
+
+def test_a_deeply_nested_manifest_is_a_format_error_not_a_recursion_error(saved):
+    (saved / "manifest.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(IndexFormatError, match="nested too deeply"):
+        AlignedIndex.load(saved)
+
+
+def test_a_deeply_nested_part_is_a_format_error_not_a_recursion_error(tmp_path):
+    persistence.write_index_dir(
+        tmp_path / "ix", kind="aligned-index", documents={"params.json": {}}, arrays={}, faiss_indexes={}
+    )
+    part = data_dir(tmp_path / "ix") / "params.json"
+    part.write_text("[" * 200_000 + "]" * 200_000)
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    manifest["files"]["params.json"] = {"sha256": persistence._sha256(part), "bytes": part.stat().st_size}
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="could not be read"):
+        AlignedIndex.load(tmp_path / "ix")
+
+
+# ------------------------------------------------------------------ old layouts, crashes, concurrency
+V1 = Path(__file__).parent / "data" / "index_v1"
+
+
+def only_ours_left(path):
+    """The index directory holds what its manifest names (and the lock file); nothing lies beside it."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    current = {manifest["data"]} if "data" in manifest else set(manifest["files"])
+    assert {p.name for p in path.iterdir()} - {".lfa-index.lock"} == {"manifest.json", *current}
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_format_1_directory_loads_and_a_resave_converts_it(index, data, tmp_path):
+    old = AlignedIndex.load(V1)
+    path = tmp_path / "ix"
+    shutil.copytree(V1, path)
+    np.testing.assert_array_equal(AlignedIndex.load(path).aligned_prototypes(), old.aligned_prototypes())
+    index.save(path)
+    assert_same(answers(AlignedIndex.load(path), data), answers(index, data))
+    only_ours_left(path)  # the format 1 files were removed, nothing else was
+
+
+def _fitted_variant(data, seed):
+    support, labels, text, _, _ = data
+    return AlignedIndex(lfa=LFA(beta=0.5, steps=3, device="cpu", random_state=seed)).fit(support, labels, text[:10])
+
+
+def _save_killed_at(step, ix, path):
+    """Save ``ix`` in a forked child that SIGKILLs itself before its ``step``-th file-system call.
+
+    Returns True when the child was killed, False when the save finished first.
+    """
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            calls = [0]
+
+            def counted(fn):
+                def call(*args, **kwargs):
+                    calls[0] += 1
+                    if calls[0] == step:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return fn(*args, **kwargs)
+
+                return call
+
+            for name in ("open", "mkdir", "fsync", "replace", "rename", "unlink", "rmdir"):
+                setattr(os, name, counted(getattr(os, name)))
+            ix.save(path)
+            os._exit(0)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        assert os.WTERMSIG(status) == signal.SIGKILL
+        return True
+    assert os.WEXITSTATUS(status) == 0
+    return False
+
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="kills and races forked children (POSIX only)")
+
+
+@needs_fork
+@pytest.mark.parametrize("before", ["format 3", "format 1"])
+def test_a_save_killed_at_any_step_leaves_the_old_or_the_new_index(data, tmp_path, before):
+    old = AlignedIndex.load(V1) if before == "format 1" else _fitted_variant(data, 1)
+    new, third = _fitted_variant(data, 2), _fitted_variant(data, 3)
+    old_queries = data[3] if before == "format 3" else np.load(V1.parent / "index_v1_answers.npz")["queries"]
+    step, outcomes = 0, set()
+    while True:
+        step += 1
+        path = tmp_path / f"run{step}" / "ix"
+        if before == "format 1":
+            shutil.copytree(V1, path)
+        else:
+            old.save(path)
+        killed = _save_killed_at(step, new, path)
+        loaded = AlignedIndex.load(path)
+        same = [np.array_equal(loaded.aligned_prototypes(), ix.aligned_prototypes()) for ix in (old, new)]
+        assert any(same), f"killed at step {step}: the index is neither the old nor the new one"
+        reference, queries = (old, old_queries) if same[0] else (new, data[3])
+        np.testing.assert_array_equal(loaded.predict(queries), reference.predict(queries))
+        outcomes.add("old" if same[0] else "new")
+        if not killed:
+            break
+        third.save(path)  # the next save recovers: no leftovers of the killed one
+        np.testing.assert_array_equal(AlignedIndex.load(path).aligned_prototypes(), third.aligned_prototypes())
+        only_ours_left(path)
+    assert step > 10 and outcomes == {"old", "new"}
+
+
+def test_an_index_moved_aside_by_a_crashed_old_version_is_recovered(data, tmp_path):
+    """lfa-index 0.1 renamed the index to .NAME.XXXXXXXX.old before moving the new one in."""
+    path = tmp_path / "ix"
+    shutil.copytree(V1, tmp_path / ".ix.abcd1234.old")
+    shutil.copytree(V1, tmp_path / ".ix.efgh5678.tmp")  # a finished but unplaced temporary copy
+    loaded = AlignedIndex.load(path)
+    np.testing.assert_array_equal(loaded.aligned_prototypes(), AlignedIndex.load(V1).aligned_prototypes())
+    assert path.is_dir()
+    new = _fitted_variant(data, 2)
+    new.save(path)
+    only_ours_left(path)
+
+
+def _stress_writer(path, writer, stop_at, errors):
+    seq = 0
+    try:
+        while time.monotonic() < stop_at:
+            seq += 1
+            tag = writer * 100_000 + seq
+            persistence.write_index_dir(
+                path, kind="stress", documents={"params.json": {"tag": tag}},
+                arrays={"arrays.safetensors": {"tag": np.full(256, tag, dtype=np.int64)}},
+                faiss_indexes={"corpus.faiss": _tagged_index(tag)},
+            )
+    except BaseException as err:  # noqa: BLE001 - reported to the parent
+        errors.put(f"writer {writer}: {type(err).__name__}: {err}")
+    errors.put(f"saves {seq}")
+
+
+def _tagged_index(tag):
+    index = faiss.IndexFlatIP(2)
+    index.add(np.array([[tag, 1.0]], dtype=np.float32))
+    return index
+
+
+def _stress_reader(path, stop_at, errors):
+    loads = 0
+    try:
+        while time.monotonic() < stop_at:
+            docs, arrays, indexes = persistence.read_index_dir(path, kind="stress")
+            tag = docs["params.json"]["tag"]
+            assert (arrays["arrays.safetensors"]["tag"] == tag).all(), "arrays from another save"
+            assert indexes["corpus.faiss"].reconstruct(0)[0] == np.float32(tag), "faiss index from another save"
+            loads += 1
+    except BaseException as err:  # noqa: BLE001 - reported to the parent
+        errors.put(f"reader: {type(err).__name__}: {err}")
+    errors.put(f"loads {loads}")
+
+
+@needs_fork
+def test_concurrent_saves_and_loads_never_fail_and_never_mix_two_saves(tmp_path):
+    path = tmp_path / "ix"
+    persistence.write_index_dir(
+        path, kind="stress", documents={"params.json": {"tag": 0}},
+        arrays={"arrays.safetensors": {"tag": np.zeros(256, dtype=np.int64)}},
+        faiss_indexes={"corpus.faiss": _tagged_index(0)},
+    )
+    context = multiprocessing.get_context("fork")
+    reports = context.Queue()
+    stop_at = time.monotonic() + 2.5
+    workers = [context.Process(target=_stress_writer, args=(path, w, stop_at, reports)) for w in (1, 2)]
+    workers += [context.Process(target=_stress_reader, args=(path, stop_at, reports)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    lines = [reports.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    failures = [line for line in lines if not line.startswith(("saves", "loads"))]
+    assert failures == []
+    counts = {kind: sum(int(line.split()[1]) for line in lines if line.startswith(kind)) for kind in ("saves", "loads")}
+    assert counts["saves"] > 4 and counts["loads"] > 4, counts
+    only_ours_left(path)
+
+
+def test_concurrent_saves_in_threads_leave_one_complete_index(index, data, tmp_path):
+    path = tmp_path / "ix"
+    others = [_fitted_variant(data, seed) for seed in (1, 2, 3)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda ix: [ix.save(path) for _ in range(3)], [index, *others]))
+    loaded = AlignedIndex.load(path)
+    assert any(np.array_equal(loaded.aligned_prototypes(), ix.aligned_prototypes()) for ix in [index, *others])
+    only_ours_left(path)
+
+
+# ------------------------------------------------------------------ what save may delete, links, permissions
+def test_a_resave_keeps_foreign_files_and_refuses_with_a_fix(index, saved):
+    (saved / "notes.txt").write_text("my notes")
+    before = (saved / "manifest.json").read_bytes()
+    with pytest.raises(IndexPathError, match=r"did not write \(notes.txt\).*Move them out"):
+        index.save(saved)
+    assert (saved / "notes.txt").read_text() == "my notes" and (saved / "manifest.json").read_bytes() == before
+    AlignedIndex.load(saved)
+
+
+def test_a_format_1_index_with_foreign_files_is_refused(index, tmp_path):
+    path = tmp_path / "ix"
+    shutil.copytree(V1, path)
+    (path / "README.txt").write_text("keep me")
+    with pytest.raises(IndexPathError, match="README.txt"):
+        index.save(path)
+    assert sorted(p.name for p in path.iterdir()) == sorted([p.name for p in V1.iterdir()] + ["README.txt"])
+
+
+def test_a_directory_whose_manifest_merely_names_the_format_is_not_overwritten(index, tmp_path):
+    path = tmp_path / "project"
+    path.mkdir()
+    (path / "manifest.json").write_text(json.dumps({"format": "lfa-index"}))
+    (path / "results.csv").write_text("a,b\n")
+    (path / "runs").mkdir()
+    with pytest.raises(IndexPathError, match="not an lfa-index"):
+        index.save(path)
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "results.csv", "runs"]
+
+
+def test_save_and_load_go_through_a_symbolic_link(index, data, tmp_path):
+    real = tmp_path / "real"
+    _fitted_variant(data, 1).save(real)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    assert index.save(link) == link
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert_same(answers(AlignedIndex.load(link), data), answers(index, data))
+    assert_same(answers(AlignedIndex.load(real), data), answers(index, data))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    dangling = tmp_path / "later"
+    dangling.symlink_to(tmp_path / "made-by-save")
+    index.save(dangling)
+    assert_same(answers(AlignedIndex.load(dangling), data), answers(index, data))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "to-file").symlink_to(tmp_path / "file")
+    with pytest.raises(IndexPathError, match="is a file"):
+        index.save(tmp_path / "to-file")
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="chmod does not restrict root")
+def test_a_read_only_directory_raises_a_permission_error_naming_it(index, tmp_path):
+    path = index.save(tmp_path / "ix")
+    path.chmod(0o555)
+    tmp_path.chmod(0o555)
+    try:
+        with pytest.raises(IndexPermissionError, match=f"cannot write the index to {path}") as caught:
+            index.save(path)
+        with pytest.raises(IndexPermissionError, match="fresh"):
+            index.save(tmp_path / "fresh")
+    finally:
+        tmp_path.chmod(0o755)
+        path.chmod(0o755)
+    assert isinstance(caught.value, PermissionError)
+    only_ours_left(path)
+
+
+def test_a_refused_write_names_the_given_path_not_a_temporary_one(index, saved, monkeypatch):
+    def refused(*args, prefix="", dir=None, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", f"{dir}/{prefix}x1y2z3w4")
+
+    monkeypatch.setattr(persistence.tempfile, "mkdtemp", refused)
+    with pytest.raises(IndexPermissionError) as caught:
+        index.save(saved)
+    assert isinstance(caught.value, PermissionError)
+    assert str(saved) in str(caught.value) and "x1y2z3w4" not in str(caught.value)
+    monkeypatch.undo()
+    AlignedIndex.load(saved)
+
+
+def test_a_path_below_a_file_is_a_typed_path_error(index, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(IndexPathError, match="file/ix"):
+        index.save(tmp_path / "file" / "ix")

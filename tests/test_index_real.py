@@ -56,7 +56,7 @@ PAPER = dict(projection="shrink", prototype_mix=0.0, refine_prototypes=False, ce
 @pytest.mark.parametrize("preset,side", [("paper", "image"), ("default", "text")])
 def test_index_accuracy_equals_the_core_estimator(dtd, preset, side):
     options = {**OPTIONS, **(PAPER if preset == "paper" else {})}
-    index = AlignedIndex(**options).fit(dtd["support"], dtd["labels"], dtd["text"])
+    index = AlignedIndex(lfa=LFA(**options)).fit(dtd["support"], dtd["labels"], dtd["text"])
     lfa = LFA(**options).fit(dtd["support"], dtd["labels"], dtd["text"])
     assert index.lfa_.projection_side_ == lfa.projection_side_ == side
     ours, core = index.predict(dtd["test_x"]), lfa.predict(dtd["test_x"])
@@ -70,8 +70,9 @@ def test_index_accuracy_equals_the_core_estimator(dtd, preset, side):
 
 def test_named_labels_give_the_same_accuracy(dtd):
     names = np.array(dtd["names"], dtype=object)
-    index = AlignedIndex(**FIXED_BETA).fit(dtd["support"], names[dtd["labels"]], dtd["text"], class_names=dtd["names"])
-    by_index = AlignedIndex(**FIXED_BETA).fit(dtd["support"], dtd["labels"], dtd["text"])
+    index = AlignedIndex(lfa=LFA(**FIXED_BETA))
+    index.fit(dtd["support"], names[dtd["labels"]], dtd["text"], class_names=dtd["names"])
+    by_index = AlignedIndex(lfa=LFA(**FIXED_BETA)).fit(dtd["support"], dtd["labels"], dtd["text"])
     np.testing.assert_array_equal(index.predict(dtd["test_x"]), names[by_index.predict(dtd["test_x"])])
 
 
@@ -81,7 +82,7 @@ def test_rejection_score_separates_seen_from_unseen_classes(dtd):
     keep = np.isin(dtd["labels"], seen)
     remap = np.full(n_classes, -1)
     remap[seen] = np.arange(len(seen))
-    index = AlignedIndex(**FIXED_BETA).fit(dtd["support"][keep], remap[dtd["labels"][keep]], dtd["text"][seen])
+    index = AlignedIndex(lfa=LFA(**FIXED_BETA)).fit(dtd["support"][keep], remap[dtd["labels"][keep]], dtd["text"][seen])
     best = index.search(dtd["test_x"], 1)[0][:, 0]
     is_seen = np.isin(dtd["test_y"], seen)
     auroc = roc_auc_score(is_seen, best)

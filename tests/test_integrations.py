@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
-from lfa_index import AlignedIndex, DimensionMismatchError, InvalidParameterError
+from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidParameterError
 from lfa_index.stores import FaissStore, prototype_dim, write_prototypes
 
 OPTIONS = dict(beta=0.5, steps=20, device="cpu", random_state=0)
@@ -45,7 +45,7 @@ def task():
     support = images(labels)
     corpus = images(rng.integers(0, len(NAMES), 400))
     queries = rng.standard_normal((8, d_txt)).astype(np.float32) + text[:8]
-    index = AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
     raw = faiss.IndexFlatIP(d_img)
     raw.add(corpus)
     return index, corpus, queries, raw

@@ -46,3 +46,28 @@ def test_arerank_loss_caps_k_at_the_number_of_classes_and_has_gradients():
                         torch.tensor(rng.integers(0, 2, 10)), k=3)
     loss.backward()
     assert torch.isfinite(w.grad).all() and w.grad.abs().sum() > 0
+
+
+def _dense_reference(mapped, protos, labels, k, s):
+    """The loss written with plain autograd (gathered prototypes), the reference of the sparse backward."""
+    z = torch.nn.functional.normalize(mapped, dim=1)
+    p = torch.nn.functional.normalize(protos, dim=1)
+    idx = (z.detach() @ p.detach().T).topk(k, dim=1).indices
+    wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)
+    cosines = (p[wanted] * z.unsqueeze(1)).sum(dim=2)
+    distances = torch.sqrt(torch.clamp(2 - 2 * cosines, min=1e-12))
+    margins = (1 - (p @ p.T)[labels.unsqueeze(1), idx]) / s
+    return torch.clamp(distances[:, :1] - distances[:, 1:] + margins, min=0).mean()
+
+
+def test_the_sparse_backward_gives_the_gradients_of_the_dense_formula():
+    rng = np.random.default_rng(2)
+    for k in (1, 3):
+        mapped = torch.tensor(rng.standard_normal((30, 12)), dtype=torch.float64, requires_grad=True)
+        protos = torch.tensor(rng.standard_normal((7, 12)), dtype=torch.float64, requires_grad=True)
+        labels = torch.tensor(rng.integers(0, 7, 30))
+        ours = torch.autograd.grad(arerank_loss(mapped, protos, labels, k=k), (mapped, protos))
+        reference = torch.autograd.grad(_dense_reference(mapped, protos, labels, k, 4.0), (mapped, protos))
+        for got, want in zip(ours, reference):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda m: arerank_loss(m, protos.detach(), labels, k=3), (mapped,))

@@ -3,7 +3,8 @@ import torch
 from synthetic import normalize, planted_gap_problem, random_orthogonal
 
 from lfa_index import LFA
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, select_beta, support_splits
+from lfa_index.core.beta import identity_is_informative, select_beta, select_beta_unseen, significantly_better
+from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 
 
 def f32(a: np.ndarray) -> torch.Tensor:
@@ -59,8 +60,12 @@ def test_beta_cross_validation_prefers_identity_when_already_aligned_and_procrus
     aligned = normalize(protos[y] + 0.45 * rng.standard_normal((80, 32)))
     rotated = aligned @ random_orthogonal(32, seed=9)
     betas = np.round(np.linspace(0, 1, 21), 2)
-    beta_aligned, _, how = select_beta(f32(aligned), torch.tensor(y), f32(protos), betas=betas, random_state=0)
-    beta_rotated, scores, _ = select_beta(f32(rotated), torch.tensor(y), f32(protos), betas=betas, random_state=0)
+    aligned_choice = select_beta(f32(aligned), torch.tensor(y), f32(protos), identity_informative=True, guard=False,
+                                 betas=betas, random_state=0)
+    rotated_choice = select_beta(f32(rotated), torch.tensor(y), f32(protos), identity_informative=False, guard=False,
+                                 betas=betas, random_state=0)
+    beta_aligned, how = aligned_choice.beta, aligned_choice.how
+    beta_rotated, scores = rotated_choice.beta, rotated_choice.scores
     assert how == "cv"
     assert beta_aligned >= 0.5
     assert beta_rotated <= 0.3
@@ -83,15 +88,51 @@ def test_support_splits_are_stratified_and_keep_single_row_classes_in_training()
     assert support_splits(np.arange(10), n_splits=3, val_size=0.2, random_state=0) is None
 
 
-def test_one_shot_beta_falls_back_to_procrustes_when_the_identity_is_at_chance():
+def test_one_shot_beta_is_procrustes_when_the_identity_carries_nothing_and_zero_shot_otherwise():
     rng = np.random.default_rng(3)
     protos = normalize(rng.standard_normal((30, 32)))
-    unrelated = normalize(rng.standard_normal((30, 32)))  # images from an unrelated encoder
     y = torch.arange(30)
     betas = np.round(np.linspace(0, 1, 21), 2)
-    beta, scores, how = select_beta(f32(unrelated), y, f32(protos), betas=betas, random_state=0)
-    assert (beta, scores, how) == (0.0, None, "procrustes-fallback")
-    # same model: the identity is informative, β is chosen by class-disjoint folds
+    # across a projection (or when the support says so) the identity is uninformative: plain Procrustes
+    unrelated = normalize(rng.standard_normal((30, 32)))
+    choice = select_beta(f32(unrelated), y, f32(protos), identity_informative=False, guard=True, betas=betas,
+                         random_state=0)
+    assert (choice.beta, choice.scores, choice.how) == (0.0, None, "procrustes, identity uninformative")
+    # same model: β is chosen on folds of whole classes, and only a significant gain leaves the identity
     related = normalize(protos + 0.5 * rng.standard_normal((30, 32)))
-    beta, scores, how = select_beta(f32(related), y, f32(protos), betas=betas, random_state=0)
-    assert how == "class-disjoint-cv" and beta >= 0.5 and scores.shape == (21,)
+    assert identity_is_informative(f32(related), y, f32(protos))
+    choice = select_beta(f32(related), y, f32(protos), identity_informative=True, guard=True, betas=betas,
+                         random_state=0)
+    assert choice.how.startswith("class-disjoint-cv") and choice.scores.shape == (21,)
+    assert choice.beta == 1.0 or choice.how == "class-disjoint-cv"
+
+
+def test_the_identity_is_informative_when_zero_shot_ranks_true_classes_above_chance():
+    rng = np.random.default_rng(4)
+    protos = f32(normalize(rng.standard_normal((4, 32))))
+    y = torch.arange(4)
+    related = f32(normalize(protos.numpy() + 0.8 * rng.standard_normal((4, 32))))
+    assert identity_is_informative(related, y, protos)
+    # the true class ranked last everywhere: below chance
+    assert not identity_is_informative(protos[[1, 0, 3, 2]] - 2 * protos, y, protos)
+
+
+def test_a_gain_must_be_significant_on_the_rows_where_two_classifiers_disagree():
+    same = np.ones(100, dtype=bool)
+    assert not significantly_better(same, same)
+    slightly = same.copy()
+    reference = same.copy()
+    reference[:3] = False
+    assert not significantly_better(slightly, reference)  # 3 gains, 0 losses: p = 0.125
+    reference[:12] = False
+    assert significantly_better(slightly, reference)
+    assert significantly_better(np.full(20, 0.9), np.full(20, 0.5))  # shares of repeats work too
+
+
+def test_unseen_class_beta_holds_out_whole_classes():
+    rng = np.random.default_rng(5)
+    protos = normalize(rng.standard_normal((12, 16)))
+    y = np.repeat(np.arange(12), 3)
+    x = normalize(protos[y] @ random_orthogonal(16, 2) + 0.1 * rng.standard_normal((36, 16)))
+    choice = select_beta_unseen(f32(x), torch.tensor(y), f32(protos), identity_informative=True, random_state=0)
+    assert choice.how == "class-disjoint-cv" and choice.beta <= 0.3  # a rotation carries over to unseen classes

@@ -2,13 +2,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from synthetic import planted_gap_problem
 
 from lfa_index import LFA
+from lfa_index.core.config import RefineConfig
 from lfa_index.core.loss import arerank_loss
 from lfa_index.core.metrics import hubness
 from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import ema_momentum, refine
-from synthetic import planted_gap_problem
 
 
 def _generators(seed=0):
@@ -43,8 +44,8 @@ def test_w_tt_starts_at_identity_and_follows_the_log_momentum_schedule():
     steps = 40
     seen = []
     gen, coin = _generators()
-    result = refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, lr=1e-2,
-                    callback=lambda t, w: seen.append(w.clone()))
+    result = refine(w0, x, y, p, steps=steps, generator=gen, coin=coin, config=RefineConfig(lr=1e-2),
+                    callback=lambda t, w, w_tt, trained: seen.append(w.clone()))
     # Replay eq. 9 from the identity with the maps the run went through.
     w_tt = torch.eye(16)
     for t, w in enumerate(seen):
@@ -83,20 +84,28 @@ def test_multi_view_support_draws_one_view_per_image_and_uses_view_zero_for_beta
     assert lfa.predict(views).shape == (len(x),)
 
 
-def test_auto_steps_picks_a_count_from_the_support_set_alone(planted):
+def test_a_shorter_run_on_a_longer_horizon_is_the_start_of_the_longer_run(planted):
     x, y, protos, _, _ = planted
-    lfa = LFA(random_state=0).fit(x, y, protos)
-    tried = [t[0] for t in lfa.step_trials_]
-    assert lfa.steps_ in tried and tried == sorted(tried) and len(tried) >= 2
-    best_acc = max(t[1] for t in lfa.step_trials_)
-    assert dict((t[0], t[1]) for t in lfa.step_trials_)[lfa.steps_] == best_acc
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    seen = {}
+    long = refine(w0, x, y, p, steps=60, generator=_generators()[0], coin=_generators()[1],
+                  callback=lambda t, w, w_tt, trained: seen.setdefault(t, (w.clone(), w_tt.clone())))
+    short = refine(w0, x, y, p, steps=25, horizon=60, generator=_generators()[0], coin=_generators()[1])
+    torch.testing.assert_close(short.W, seen[25][0], atol=0, rtol=0)
+    torch.testing.assert_close(short.W_tt, seen[25][1], atol=0, rtol=0)
+    assert short.loss_curve == long.loss_curve[:25]
+    full = refine(w0, x, y, p, steps=25, generator=_generators()[0], coin=_generators()[1])
+    assert not torch.equal(full.W, short.W)  # a 25-step schedule anneals; the first 25 steps of 60 do not
 
 
-def test_one_shot_support_uses_the_fixed_step_count_and_no_held_out_split():
+def test_one_shot_support_refines_at_most_one_step_per_row_without_a_held_out_split():
     x, y, protos, _, _ = planted_gap_problem(shots=1)
     lfa = LFA(random_state=0).fit(x, y, protos)
-    assert lfa.steps_ == 100 and lfa.step_trials_ == []
-    assert lfa.beta_selection_ in ("class-disjoint-cv", "procrustes-fallback")
+    assert lfa.steps_ == min(100, len(y)) and lfa.step_trials_ is None
+    assert lfa.selection_["how"] == "one-shot"
+    paper = LFA.paper(random_state=0).fit(x, y, protos)
+    assert paper.steps_ == 100 and paper.step_trials_ == []
 
 
 def test_branch_free_graph_step_refines_like_the_eager_step():
@@ -106,9 +115,7 @@ def test_branch_free_graph_step_refines_like_the_eager_step():
     x, y, protos, _, _ = planted_gap_problem(noise=0.35, rotation_mix=0.6, seed=0)
     x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
     w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
-    run = _Refinement(w0, x, y, p, steps=300, lr=5e-4, weight_decay=5e-4, final_lr=1e-7, k=3, scale=4.0,
-                      noise_std=0.035, dropout=0.025, batch_fraction=0.75, w_tt_init=None,
-                      momentum_start=0.9, precision="float32")
+    run = _Refinement(w0, x, y, p, steps=300, horizon=300, config=RefineConfig())
     opt = torch.optim.AdamW([run.w], lr=5e-4, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=300, eta_min=1e-7)
     torch.manual_seed(0)
@@ -136,6 +143,6 @@ def test_jointly_trained_prototypes_move_stay_unit_and_lower_the_loss_further():
     loss_joint = float(arerank_loss(x @ joint.W, joint.prototypes, y))
     assert loss_joint < loss_plain
     # a vanishing learning rate leaves both W and the prototypes where they started
-    still = refine(w0, x, y, p, steps=5, lr=1e-12, final_lr=0.0, generator=_generators()[0], coin=_generators()[1],
-                   train_prototypes=True)
+    still = refine(w0, x, y, p, steps=5, config=RefineConfig(lr=1e-12, final_lr=0.0), generator=_generators()[0],
+                   coin=_generators()[1], train_prototypes=True)
     torch.testing.assert_close(still.prototypes, p, atol=1e-5, rtol=0)

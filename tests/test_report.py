@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import baselines as bench_baselines
 from benchmarks import data as bench_data
-from lfa_index import AlignedIndex, LabelError, baselines
+from lfa_index import LFA, AlignedIndex, LabelError, baselines
 from lfa_index.reporting import (
     FewShotTask,
     alignment_section,
@@ -37,7 +37,7 @@ def problem():
 def fitted(problem):
     X, y, P, _, _ = problem
     names = [f"class {i}" for i in range(len(P))]
-    return AlignedIndex(**OPTIONS).fit(X, y, P, names)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, P, names)
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -80,10 +80,13 @@ def test_stages_reproduce_the_estimator_hubness_before_and_after_refinement(fitt
     assert np.mean(ranks["lfa"] > 0) == pytest.approx(fitted.lfa_.hubness_, abs=1e-6)
 
 
-def test_lfa_stage_on_eval_rows_agrees_with_index_predict(fitted, problem):
-    _, _, _, X_test, y_test = problem
-    stages = alignment_stages(fitted, X_test, [f"class {i}" for i in y_test])
-    predicted = class_positions(fitted, fitted.predict(X_test))
+def test_lfa_stage_on_eval_rows_agrees_with_the_text_prototype_classifier(problem):
+    # the stages rank rows against the aligned text prototypes: the classifier when λ = 0
+    X, y, P, X_test, y_test = problem
+    names = [f"class {i}" for i in range(len(P))]
+    plain = AlignedIndex(lfa=LFA(**OPTIONS, prototype_mix=0.0, mapping="task")).fit(X, y, P, names)
+    stages = alignment_stages(plain, X_test, [f"class {i}" for i in y_test])
+    predicted = class_positions(plain, plain.predict(X_test))
     assert stages.accuracy("eval")["lfa"] == pytest.approx(np.mean(predicted == y_test))
 
 
@@ -97,11 +100,11 @@ def test_alignment_closes_the_planted_modality_gap(fitted):
 def test_stages_project_rows_when_the_widths_differ(problem):
     X, y, P, X_test, y_test = problem
     wide = np.concatenate([X, np.zeros((len(X), 8), dtype=np.float32)], axis=1)
-    index = AlignedIndex(**OPTIONS, projection="shrink").fit(wide, y, P)
+    index = AlignedIndex(lfa=LFA(**OPTIONS, projection="shrink")).fit(wide, y, P)
     stages = alignment_stages(index)
     assert not stages.same_space
     assert stages.rows["support"]["identity"].shape == (len(X), P.shape[1])
-    widened = alignment_stages(AlignedIndex(**OPTIONS, projection="widen").fit(wide, y, P))
+    widened = alignment_stages(AlignedIndex(lfa=LFA(**OPTIONS, projection="widen")).fit(wide, y, P))
     assert not widened.same_space
     assert widened.rows["support"]["identity"].shape == (len(X), wide.shape[1])
     assert widened.prototypes.shape == (P.shape[0], wide.shape[1])
@@ -131,7 +134,7 @@ def test_run_few_shot_scores_every_method_and_keeps_the_first_seed_index(problem
     assert len({a for k in (1, 4) for a in results.accuracy[(k, "zero_shot")]}) == 1
     # the kept index is the seed-0 fit on the seed-0 support draw
     idx = sample_support(y, 4, 0)
-    again = AlignedIndex(steps=10, device="cpu", random_state=0).fit(X[idx], y[idx], P)
+    again = AlignedIndex(lfa=LFA(steps=10, device="cpu", random_state=0)).fit(X[idx], y[idx], P)
     expected = np.mean(again.predict(X_test) == y_test)
     assert results.accuracy[(4, "lfa")][0] == pytest.approx(expected)
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import textwrap
 
 import faiss
 import numpy as np
 import pytest
 
-from lfa_index import AlignedIndex, DimensionMismatchError, InvalidInputError
+from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidInputError, InvalidParameterError
 from lfa_index.stores import (
     FaissStore,
     MissingExtraError,
@@ -20,7 +22,7 @@ from lfa_index.stores import (
     prototype_dim,
     search_aligned,
     search_classes,
-    search_raw,
+    search_unaligned,
     support_from_store,
     write_prototypes,
 )
@@ -28,7 +30,7 @@ from lfa_index.stores import (
 pymilvus = pytest.importorskip("pymilvus", reason="needs the [milvus] extra")
 from lfa_index.stores import MilvusStore  # noqa: E402
 
-OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
+OPTIONS = dict(beta=0.5, steps=5, prototype_mix=0.0, device="cpu", random_state=0)  # the plain, unbiased layout
 NAMES = [f"class_{i}" for i in range(12)]
 
 
@@ -55,7 +57,7 @@ def task():
 @pytest.fixture(scope="module")
 def index(task):
     support, labels, text, _ = task
-    return AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def test_milvus_prototypes_round_trip_predicts_as_the_faiss_backend(index, task,
 
 def test_classes_added_from_text_are_scored_with_their_own_map_in_milvus(task, milvus_uri):
     support, labels, text, queries = task
-    index = AlignedIndex(**OPTIONS).fit(support[labels < 9], labels[labels < 9], text[:9])
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < 9], labels[labels < 9], text[:9])
     with MilvusStore(milvus_uri, "mixed_maps", dim=index.n_features_in_) as milvus:
         write_prototypes(index, milvus)
         index.add_classes(text[9:])
@@ -123,7 +125,7 @@ def test_biased_centred_classifier_is_exact_in_faiss_and_milvus_stores(task, cor
     """With class biases and centred rows the folded prototypes gain a coordinate; stores stay exact."""
     support, labels, text, queries = task
     options = dict(OPTIONS, prototype_mix=0.5, center=True, refine_prototypes=True, mapping="average")
-    index = AlignedIndex(**options).fit(support[labels < 9], labels[labels < 9], text[:9])
+    index = AlignedIndex(lfa=LFA(**options)).fit(support[labels < 9], labels[labels < 9], text[:9])
     assert index.augmented_ and prototype_dim(index) == index.n_features_in_ + 1
     for store in (FaissStore(dim=prototype_dim(index)), MilvusStore(milvus_uri, "biased", dim=prototype_dim(index))):
         write_prototypes(index, store)
@@ -145,7 +147,7 @@ def test_biased_centred_classifier_is_exact_in_faiss_and_milvus_stores(task, cor
     aligned = add_aligned(index, FaissStore(dim=index.prototypes_.shape[1]), images, ids)
     np.testing.assert_array_equal(search_aligned(index, aligned, text_queries, k=10)[1], own)
     raw = FaissStore(dim=images.shape[1]).add(images, ids=ids)
-    np.testing.assert_array_equal(search_raw(index, raw, text_queries, k=10, overfetch=len(images))[1], own)
+    np.testing.assert_array_equal(search_unaligned(index, raw, text_queries, k=10, overfetch=len(images))[1], own)
 
 
 def test_stale_prototypes_are_refused(index, task):
@@ -190,9 +192,9 @@ def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_ov
         raw.add(images, ids=ids)
         recall = {}
         for overfetch in (1, 5, 20):
-            _, found = search_raw(index, raw, text_queries, k=10, overfetch=overfetch)
+            _, found = search_unaligned(index, raw, text_queries, k=10, overfetch=overfetch)
             recall[overfetch] = _recall(found, exact)
-        _, full = search_raw(index, raw, text_queries, k=10, overfetch=len(images))
+        _, full = search_unaligned(index, raw, text_queries, k=10, overfetch=len(images))
     print(f"\nquery-side Milvus path, recall@10 vs exact aligned search: {recall}")
     np.testing.assert_array_equal(full, exact)  # re-ranking every image is the exact search
     assert recall[1] <= recall[5] <= recall[20] <= 1.0
@@ -204,7 +206,7 @@ def test_query_side_search_in_faiss_store_equals_search_unaligned(index, corpus)
     raw_index = faiss.IndexIDMap2(faiss.IndexFlatIP(images.shape[1]))
     raw_index.add_with_ids(images, np.arange(len(images)))
     store = FaissStore(dim=images.shape[1]).add(images, ids=np.arange(len(images)))
-    scores, found = search_raw(index, store, text_queries, k=10, overfetch=5)
+    scores, found = search_unaligned(index, store, text_queries, k=10, overfetch=5)
     expected_scores, expected = index.search_unaligned(raw_index, text_queries, k=10, overfetch=5)
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
@@ -224,8 +226,8 @@ def test_support_pulled_from_milvus_by_label_fits_the_same_index(task, milvus_ur
         X, y = support_from_store(store, label_field="label", batch_size=7)
     np.testing.assert_array_equal(X, support)
     np.testing.assert_array_equal(y, names)
-    from_store = AlignedIndex(**OPTIONS).fit(X, y, text, class_names=NAMES)
-    direct = AlignedIndex(**OPTIONS).fit(support, names, text, class_names=NAMES)
+    from_store = AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, text, class_names=NAMES)
+    direct = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, names, text, class_names=NAMES)
     np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
 
 
@@ -289,3 +291,56 @@ def test_missing_pymilvus_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pymilvus", None)
     with pytest.raises(MissingExtraError, match=r"lfa-index\[milvus\]"):
         MilvusStore("vectors.db", "anything", dim=4)
+
+
+LABELS = ["café", 'say "hi"', "back\\slash", "it's", "two\nlines", "cr\rlf", "tab\there", "日本語", "bell\a", "\\u00e9"]
+
+
+def test_where_matches_labels_with_any_characters_in_milvus(milvus_uri):
+    vectors = np.eye(len(LABELS), dtype=np.float32)
+    with MilvusStore(milvus_uri, "labels_any_text", dim=len(LABELS)) as store:
+        store.add(vectors, ids=np.arange(len(LABELS)) + 100, fields={"label": LABELS, "rank": list(range(len(LABELS)))})
+        for i, label in enumerate(LABELS):
+            _, ids = store.search(np.ones((1, len(LABELS))), k=3, where={"label": label})
+            np.testing.assert_array_equal(ids, [[100 + i, -1, -1]], err_msg=repr(label))
+        _, ids = store.search(np.ones((1, len(LABELS))), k=2, where={"label": LABELS[0], "rank": 0})
+        np.testing.assert_array_equal(ids, [[100, -1]])
+
+
+def test_collection_names_follow_milvus_rules(milvus_uri):
+    for name in ("c" * 256, "c" * 300, "1starts_with_a_digit", "café", "has-dash", ""):
+        with pytest.raises(InvalidParameterError, match="255 letters, digits or '_'"):
+            MilvusStore(milvus_uri, name, dim=4)
+    with MilvusStore(milvus_uri, "_" + "c" * 254, dim=4) as store:
+        assert store.count() == 0
+
+
+def test_get_refuses_ids_that_are_not_integers(milvus_uri):
+    with MilvusStore(milvus_uri, "get_ids", dim=4) as store:
+        store.add(np.eye(4), ids=[0, 1, 2, 3])
+        for bad in (["a"], [1.7], [1.0], [True], [None], [-1]):
+            with pytest.raises(InvalidInputError, match="ids must be"):
+                store.get(bad)
+        np.testing.assert_array_equal(store.get([3, 1, 3]), np.eye(4)[[3, 1, 3]])
+        np.testing.assert_array_equal(store.get(np.array([2], dtype=np.uint8)), np.eye(4)[[2]])
+
+
+def test_a_milvus_lite_file_held_by_another_process_is_named_as_such(tmp_path):
+    uri = str(tmp_path / "held.db")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, pymilvus
+            client = pymilvus.MilvusClient({uri!r})
+            print("ready", flush=True)
+            sys.stdin.read()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreUnavailableError, match="open in another process.*LOCK") as caught:
+            MilvusStore(uri, "anything", dim=4, timeout=20)
+        assert "server is running" not in str(caught.value)
+    finally:
+        holder.stdin.close()
+        holder.wait(60)

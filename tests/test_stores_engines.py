@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
-from lfa_index import AlignedIndex, DimensionMismatchError, InvalidParameterError
+from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidParameterError
 from lfa_index.stores import (
     ChromaStore,
     FaissStore,
@@ -26,7 +26,7 @@ from lfa_index.stores import (
     prototype_dim,
     search_aligned,
     search_classes,
-    search_raw,
+    search_unaligned,
     support_from_store,
     write_prototypes,
 )
@@ -36,7 +36,7 @@ ENGINES = {  # engine -> (client module, extra)
     "chroma": ("chromadb", "chroma"),
     "lancedb": ("lancedb", "lancedb"),
 }
-OPTIONS = dict(beta=0.5, steps=20, device="cpu", random_state=0)
+OPTIONS = dict(beta=0.5, steps=20, prototype_mix=0.0, device="cpu", random_state=0)  # the plain, unbiased layout
 # class biases (discriminant mix), centred rows, trained prototypes, averaged maps: folded rows get d+1 coordinates
 BIASED = dict(OPTIONS, prototype_mix=0.5, center=True, refine_prototypes=True, mapping="average")
 NAMES = [f"class_{i}" for i in range(12)]
@@ -65,13 +65,13 @@ def task():
 @pytest.fixture(scope="module")
 def index(task):
     support, labels, text, _ = task
-    return AlignedIndex(**OPTIONS).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
 
 
 @pytest.fixture(scope="module")
 def biased_index(task):
     support, labels, text, _ = task
-    index = AlignedIndex(**BIASED).fit(support[labels < 9], labels[labels < 9], text[:9])
+    index = AlignedIndex(lfa=LFA(**BIASED)).fit(support[labels < 9], labels[labels < 9], text[:9])
     index.add_classes(text[9:])  # classes from text: their own map, scored apart
     return index
 
@@ -225,12 +225,12 @@ def test_query_side_search_of_a_raw_store_equals_reindexing_at_full_overfetch(
     options = {"ef_search": 2048} if engine == "chroma" else {}  # exact HNSW: more beam than rows
     raw = open_store("raw", dim=images.shape[1], **options).add(images, ids)
     _, exact = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
-    _, full = search_raw(index, raw, text_queries, k=10, overfetch=len(images))
+    _, full = search_unaligned(index, raw, text_queries, k=10, overfetch=len(images))
     np.testing.assert_array_equal(full, exact)
     # a partial over-fetch fetches the same candidates as the exact FAISS store, so it answers the same
     faiss_raw = FaissStore(dim=images.shape[1]).add(images, ids)
-    scores, found = search_raw(index, raw, text_queries, k=10, overfetch=5)
-    expected_scores, expected = search_raw(index, faiss_raw, text_queries, k=10, overfetch=5)
+    scores, found = search_unaligned(index, raw, text_queries, k=10, overfetch=5)
+    expected_scores, expected = search_unaligned(index, faiss_raw, text_queries, k=10, overfetch=5)
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
@@ -245,8 +245,8 @@ def test_support_pulled_from_the_store_by_label_fits_the_same_index(task, open_s
     X, y = support_from_store(store, label_field="label", batch_size=7)
     np.testing.assert_array_equal(X, support)
     np.testing.assert_array_equal(y, names)
-    from_store = AlignedIndex(**OPTIONS).fit(X, y, text, class_names=NAMES)
-    direct = AlignedIndex(**OPTIONS).fit(support, names, text, class_names=NAMES)
+    from_store = AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, text, class_names=NAMES)
+    direct = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, names, text, class_names=NAMES)
     np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
 
 

@@ -96,10 +96,15 @@ def test_beta_outside_unit_interval_is_rejected(data, beta):
         LFA(beta=beta).fit(*data)
 
 
-@pytest.mark.parametrize("steps", [0, -5, 2.5])
-def test_non_positive_or_fractional_steps_are_rejected(data, steps):
+@pytest.mark.parametrize("steps", [-5, 2.5, "many"])
+def test_negative_or_fractional_steps_are_rejected(data, steps):
     with pytest.raises(InvalidParameterError, match="steps"):
         LFA(steps=steps).fit(*data)
+
+
+def test_zero_steps_is_beta_procrustes_alone(data):
+    lfa = LFA.paper(steps=0, beta=0.0, random_state=0).fit(*data)
+    assert lfa.steps_ == 0 and lfa.loss_curve_ == []
 
 
 def test_empty_x_is_rejected(data):

@@ -2,17 +2,15 @@
 
 Importing this package is light: each source imports its model library (sentence-transformers,
 openai, open_clip, torchvision/timm, pyarrow) only when first used, and a missing one raises
-:class:`MissingDependencyError` naming the extra to install.
+:class:`MissingExtraError` naming the extra to install.
 """
 
-from .base import EmbeddingSource, l2_normalize
-from .cache import EmbeddingCache
-from .clip import OpenCLIPSource
-from .errors import (
+from ..arrays import l2_normalize
+from ..errors import (
     EmbeddingAPIError,
     FileFormatError,
     MissingAPIKeyError,
-    MissingDependencyError,
+    MissingExtraError,
     ModelUnavailableError,
     RandomWeightsWarning,
     SkippedInputWarning,
@@ -21,6 +19,9 @@ from .errors import (
     UnreadableImageError,
     UnsupportedModalityError,
 )
+from .base import EmbeddingSource
+from .cache import EmbeddingCache
+from .clip import OpenCLIPSource
 from .files import load_embeddings
 from .openai_api import OpenAIEmbeddingSource
 from .prompts import (
@@ -53,7 +54,7 @@ __all__ = [
     "COOP_TEMPLATES",
     "CLIP_IMAGENET_TEMPLATES",
     "CLIP_IMAGENET_TEMPLATES_SMALL",
-    "MissingDependencyError",
+    "MissingExtraError",
     "ModelUnavailableError",
     "MissingAPIKeyError",
     "EmbeddingAPIError",

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import abc
-import importlib
 import os
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..core.errors import InvalidInputError, InvalidParameterError, ShapeError
+from ..arrays import l2_normalize
 from ..core.validation import check_number
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    ShapeError,
+    UnsupportedModalityError,
+)
 from .cache import EmbeddingCache, content_key
-from .errors import MissingDependencyError, UnsupportedModalityError
 
 
 class EmbeddingSource(abc.ABC):
@@ -64,17 +68,6 @@ def hf_offline() -> bool:
     )
 
 
-def require(module: str, *, extra: str, package: str | None = None) -> ModuleType:
-    """Import an optional dependency, or raise :class:`MissingDependencyError` naming the extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise MissingDependencyError(
-            f"This embedding source needs the package '{package or module}', which could not be "
-            f"imported ({err}). Install it with: pip install 'lfa-index[{extra}]'"
-        ) from err
-
-
 def check_texts(texts: Any, *, name: str = "texts") -> list[str]:
     """Return ``texts`` as a list of non-empty strings, or raise a typed error."""
     if isinstance(texts, (str, bytes)):
@@ -102,13 +95,6 @@ def check_texts(texts: Any, *, name: str = "texts") -> list[str]:
             "has no meaning to embed: drop those items."
         )
     return texts
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """float32 copy of ``x`` with its last axis L2-normalised (all-zero vectors stay zero)."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, np.finfo(np.float32).tiny)
 
 
 def fixed_batches(n: int, batch_size: int) -> list[range]:
@@ -148,12 +134,28 @@ def embed_in_batches(
     todo = [k for k in unique if k not in found]
     todo_items = [items[first[k]] for k in todo]
     results: dict[bytes, np.ndarray] = dict(found)
+    where = f" (cache folder {cache.namespace_dir(identity)})" if cache is not None else ""
+    shapes = sorted({row.shape for row in found.values()})
+    if len(shapes) > 1:
+        raise DimensionMismatchError(
+            f"{desc}: the cache holds embeddings of different sizes {[_size(s) for s in shapes]}{where}; the model "
+            "behind this name changed between runs: delete that cache folder, or fix the model's output size."
+        )
+    row_shape, seen_in = (shapes[0], "the cache holds") if shapes else (None, "")
     with tqdm(total=len(unique), initial=len(found), disable=not progress, desc=desc, unit=unit) as bar:
         for batch in batches(todo_items):
             batch = list(batch)
             out = l2_normalize(compute([todo_items[j] for j in batch]))
             if out.shape[0] != len(batch):
                 raise RuntimeError(f"{desc}: got {out.shape[0]} embeddings for a batch of {len(batch)}.")
+            if row_shape is None:
+                row_shape, seen_in = out.shape[1:], "earlier batches gave"
+            elif out.shape[1:] != row_shape:  # checked before caching: a wrong batch is never stored
+                raise DimensionMismatchError(
+                    f"{desc}: the model returned embeddings of size {_size(out.shape[1:])} but {seen_in} size "
+                    f"{_size(row_shape)}{where if seen_in.startswith('the cache') else ''}; the model behind this name "
+                    "changed: delete the cache folder, or fix the model's output size (e.g. dimensions=...)."
+                )
             batch_keys = [todo[j] for j in batch]
             if cache is not None:
                 ok = np.isfinite(out.reshape(len(batch), -1)).all(axis=1)
@@ -162,6 +164,10 @@ def embed_in_batches(
             results.update(zip(batch_keys, out))
             bar.update(len(batch))
     return np.stack([results[k] for k in keys]).astype(np.float32, copy=False)
+
+
+def _size(shape: tuple[int, ...]) -> int | tuple[int, ...]:
+    return shape[0] if len(shape) == 1 else shape
 
 
 class BaseSource(EmbeddingSource):

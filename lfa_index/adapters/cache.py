@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from ..files import atomic_write
 
 FORMAT = "lfa-index-embedding-cache/1"
 SHARD_SUFFIX = ".safetensors"
@@ -54,24 +55,6 @@ def weights_fingerprint(module: Any) -> str:
         h.update(name.encode())
         h.update(tensor.detach().cpu().float().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` all at once: temp file in the same folder, fsync, ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 class EmbeddingCache:
@@ -124,7 +107,7 @@ class EmbeddingCache:
         folder = self.namespace_dir(identity)
         folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(key_array.tobytes()).hexdigest()[:32] + SHARD_SUFFIX
-        atomic_write_bytes(folder / name, data)
+        atomic_write(folder / name, data)
         table.update(zip(keys, embeddings))
 
     def _table(self, identity: str) -> dict[bytes, np.ndarray]:

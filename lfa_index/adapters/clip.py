@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.errors import InvalidInputError
 from ..core.video import max_pool_frames
-from .base import BaseSource, hf_offline, require
+from ..errors import InvalidInputError, InvalidParameterError, ModelUnavailableError
+from ..extras import import_extra
+from .base import BaseSource, hf_offline
 from .cache import file_fingerprint, weights_fingerprint
-from .errors import ModelUnavailableError
 from .images import ImageInput, check_images, corner_crops, embed_image_items
 from .prompts import PHOTO_TEMPLATE, prompt_ensemble
 
@@ -25,10 +26,16 @@ class OpenCLIPSource(BaseSource):
     Parameters
     ----------
     model_name : open_clip architecture (``"ViT-B-32"``, ``"RN50"``, a name registered with
-        ``open_clip.add_model_config``, or ``"local-dir:/path"``).
+        ``open_clip.add_model_config``, or ``"local-dir:/path"``), or an already loaded open_clip
+        model (used on its own device and put in eval mode; the cache knows it by a hash of its
+        weights, taken once).
     pretrained : ``None`` (random weights), a local checkpoint file (state dict, loaded with
         ``weights_only=True``), or an open_clip tag such as ``"openai"`` (needs the network or the
-        local Hugging Face cache).
+        local Hugging Face cache). Must be None for a loaded model.
+    tokenizer : texts -> token ids; default ``open_clip.get_tokenizer(model_name)``, or for a loaded
+        model open_clip's CLIP tokenizer at the model's context length (pass the right one for
+        models with another text tower, e.g. ``open_clip.get_tokenizer("ViT-B-16-SigLIP")``).
+    preprocess : image -> tensor; default the model's own evaluation transform.
     device : ``"auto"`` (default), ``"cpu"``, ``"cuda"``...
     batch_size : images (or texts) per forward pass (default 64); five-crop runs 5x as many views.
     strict : raise :class:`UnreadableImageError` on an unreadable image instead of skipping it.
@@ -44,13 +51,16 @@ class OpenCLIPSource(BaseSource):
     >>> clip = OpenCLIPSource("ViT-B-32", pretrained="/models/vit_b_32_openai.pt")
     >>> prototypes = clip.embed_class_names(["cat", "dog"], CLIP_IMAGENET_TEMPLATES)   # (2, 512)
     >>> support = clip.embed_images(paths, five_crop=True)                             # (N, 5, 512)
+    >>> OpenCLIPSource(open_clip.create_model("ViT-B-32", pretrained="/models/vit_b_32_openai.pt"))
     """
 
     def __init__(
         self,
-        model_name: str = "ViT-B-32",
+        model_name: str | Any = "ViT-B-32",
         pretrained: str | os.PathLike | None = None,
         *,
+        tokenizer: Any = None,
+        preprocess: Any = None,
         device: str = "auto",
         batch_size: int = 64,
         strict: bool = False,
@@ -59,6 +69,8 @@ class OpenCLIPSource(BaseSource):
     ):
         self.model_name = model_name
         self.pretrained = pretrained
+        self.tokenizer = tokenizer
+        self.preprocess = preprocess
         self.device = device
         self.batch_size = batch_size
         self.strict = strict
@@ -67,6 +79,8 @@ class OpenCLIPSource(BaseSource):
 
     @property
     def name(self) -> str:
+        if self._given_model() is not None:
+            return f"open_clip:{type(self.model_name).__name__}:in-memory"
         if self.pretrained is None:
             weights = "random"
         elif os.path.isfile(self.pretrained):
@@ -169,26 +183,26 @@ class OpenCLIPSource(BaseSource):
     # --- model ----------------------------------------------------------------------------------
 
     def _encode_texts(self, texts: list[str]) -> np.ndarray:
-        torch = require("torch", extra="clip")
+        torch = import_extra("torch", extra="clip")
         model = self._model()
         tokens = self.tokenizer_(texts).to(self.device_)
         with torch.inference_mode():
             return model.encode_text(tokens).float().cpu().numpy()
 
     def _encode_pixels(self, pixels: Any) -> np.ndarray:
-        torch = require("torch", extra="clip")
+        torch = import_extra("torch", extra="clip")
         with torch.inference_mode():
             return self._model().encode_image(pixels.to(self.device_)).float().cpu().numpy()
 
     def _encode_images(self, images: list[Any]) -> np.ndarray:
-        torch = require("torch", extra="clip")
+        torch = import_extra("torch", extra="clip")
         self._model()
         return self._encode_pixels(torch.stack([self.preprocess_(img) for img in images]))
 
     def _encode_five_crops(self, images: list[Any]) -> np.ndarray:
-        torch = require("torch", extra="clip")
+        torch = import_extra("torch", extra="clip")
         self._model()
-        Image = require("PIL.Image", extra="clip", package="pillow")
+        Image = import_extra("PIL.Image", extra="clip", package="pillow")
         size = self.image_size_
         views = []
         for img in images:
@@ -198,6 +212,8 @@ class OpenCLIPSource(BaseSource):
         return out.reshape(len(images), N_VIEWS, -1)
 
     def _identity(self) -> str:
+        if self._given_model() is not None:
+            return f"open_clip|{type(self.model_name).__name__}|weights:{self._model_fingerprint()}"
         if self.pretrained is None:
             weights = "random:" + self._model_fingerprint()
         elif os.path.isfile(self.pretrained):
@@ -216,11 +232,37 @@ class OpenCLIPSource(BaseSource):
             self._load()
         return self.model_
 
+    def _given_model(self) -> Any | None:
+        """The model object passed as ``model_name``; None for an architecture name."""
+        given = self.model_name
+        if isinstance(given, str):
+            return None
+        if callable(getattr(given, "encode_image", None)) and callable(getattr(given, "encode_text", None)):
+            return given
+        raise InvalidParameterError(
+            "model_name must be an open_clip architecture name or a loaded open_clip model, "
+            f"got {type(given).__name__}."
+        )
+
     def _load(self) -> None:
-        open_clip = require("open_clip", extra="clip", package="open_clip_torch")
-        torch = require("torch", extra="clip")
+        open_clip = import_extra("open_clip", extra="clip", package="open_clip_torch")
+        torch = import_extra("torch", extra="clip")
         from ..core.validation import resolve_device
 
+        given = self._given_model()
+        if given is not None:
+            if self.pretrained is not None:
+                raise InvalidParameterError(
+                    f"pretrained={self.pretrained!r} names weights for an architecture, but model_name is a loaded "
+                    "model that has its weights already: drop pretrained=."
+                )
+            model = given
+            parameter = next(model.parameters(), None)
+            device = parameter.device if parameter is not None else resolve_device(self.device)
+            preprocess = self.preprocess or _evaluation_transform(open_clip, model)
+            tokenizer = self.tokenizer or _clip_tokenizer(open_clip, model)
+            self._finish_load(open_clip, torch, model, preprocess, tokenizer, device)
+            return
         device = resolve_device(self.device)
         pretrained = self._checked_pretrained(open_clip)
         try:
@@ -239,6 +281,11 @@ class OpenCLIPSource(BaseSource):
                 f"Could not load open_clip model {self.model_name!r} with pretrained={self.pretrained!r}: {err}. "
                 f"Check the model name (open_clip.list_models()) and that the checkpoint fits it."
             ) from err
+        self._finish_load(open_clip, torch, model, self.preprocess or preprocess, self.tokenizer or tokenizer, device)
+
+    def _finish_load(
+        self, open_clip: Any, torch: Any, model: Any, preprocess: Any, tokenizer: Any, device: Any
+    ) -> None:
         model.eval()
         size = open_clip.get_model_preprocess_cfg(model).get("size", 224)
         self.image_size_ = int(size if isinstance(size, int) else size[0])
@@ -266,3 +313,24 @@ class OpenCLIPSource(BaseSource):
                 "its local file path as pretrained=..."
             )
         return value
+
+
+def _evaluation_transform(open_clip: Any, model: Any) -> Any:
+    """The evaluation image transform that open_clip builds for ``model`` from its preprocessing config."""
+    cfg = dict(open_clip.get_model_preprocess_cfg(model))
+    try:
+        from open_clip.transform import PreprocessCfg, image_transform_v2
+    except ImportError:  # open_clip < 2.24
+        return open_clip.image_transform(cfg.get("size", 224), is_train=False, mean=cfg.get("mean"), std=cfg.get("std"))
+    return image_transform_v2(PreprocessCfg(**cfg), is_train=False)
+
+
+def _clip_tokenizer(open_clip: Any, model: Any) -> Any:
+    """open_clip's CLIP tokenizer at ``model``'s context length; refused for another text tower."""
+    vocab = getattr(model, "vocab_size", None)
+    if type(getattr(model, "text", None)).__name__ == "HFTextEncoder" or vocab not in (None, 49408):
+        raise InvalidParameterError(
+            f"the loaded model's text tower is not open_clip's CLIP transformer (vocabulary {vocab}), so its "
+            "tokenizer cannot be guessed: pass tokenizer=open_clip.get_tokenizer(ARCHITECTURE)."
+        )
+    return functools.partial(open_clip.tokenize, context_length=int(getattr(model, "context_length", 77)))

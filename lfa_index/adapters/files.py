@@ -6,15 +6,17 @@ Never unpickles: ``np.load(..., allow_pickle=False)`` always.
 from __future__ import annotations
 
 import os
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import ShapeError
+from ..arrays import l2_normalize
 from ..core.validation import as_float_tensor
-from .base import l2_normalize, require
-from .errors import FileFormatError
+from ..errors import FileFormatError, LFAIndexError, ShapeError
+from ..extras import import_extra
 
 EMBEDDING_KEYS = ("embeddings", "embedding", "features", "X", "x")
 LABEL_KEYS = ("labels", "label", "y", "targets", "target")
@@ -27,6 +29,32 @@ SUFFIXES = {
     ".faiss": "faiss",
     ".index": "faiss",
 }
+
+
+_FORMAT_NAMES = {
+    "numpy": ".npy", "numpy-archive": ".npz", "safetensors": "safetensors", "parquet": "Parquet", "faiss": "FAISS index"
+}
+
+
+def decoding_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "these bytes are not the format the file claims", by category.
+
+    ValueError covers numpy's short reads and pickle refusals, JSON and UTF-8 decoding errors and
+    pyarrow's ArrowInvalid; EOFError an empty file; RecursionError absurdly nested JSON. The
+    classes of safetensors and pyarrow are included once those libraries are imported.
+    """
+    kinds: list[type[BaseException]] = [ValueError, EOFError, zipfile.BadZipFile, RecursionError]
+    for module, name in (("safetensors", "SafetensorError"), ("pyarrow.lib", "ArrowException")):
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            kinds.append(kind)
+    return tuple(kinds)
+
+
+def describe_error(err: BaseException) -> str:
+    """``Type: first line of the message`` (at most 200 characters), for one-line error messages."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:200] if lines else 'no details'}"
 
 
 def load_embeddings(
@@ -66,14 +94,22 @@ def load_embeddings(
         )
     if not path.is_file():
         raise FileNotFoundError(f"No embeddings file at {path}.")
-    if kind == "numpy":
-        embeddings, labels = _read_npy(path, embeddings_key, labels_key), None
-    elif kind in ("numpy-archive", "safetensors"):
-        embeddings, labels = _read_named_arrays(path, kind, embeddings_key, labels_key)
-    elif kind == "parquet":
-        embeddings, labels = _read_parquet(path, embeddings_key, labels_key)
-    else:
-        embeddings, labels = _read_faiss(path, embeddings_key, labels_key), None
+    try:
+        if kind == "numpy":
+            embeddings, labels = _read_npy(path, embeddings_key, labels_key), None
+        elif kind in ("numpy-archive", "safetensors"):
+            embeddings, labels = _read_named_arrays(path, kind, embeddings_key, labels_key)
+        elif kind == "parquet":
+            embeddings, labels = _read_parquet(path, embeddings_key, labels_key)
+        else:
+            embeddings, labels = _read_faiss(path, embeddings_key, labels_key), None
+    except LFAIndexError:
+        raise
+    except decoding_errors() as err:
+        raise FileFormatError(
+            f"{path} is not a readable {_FORMAT_NAMES[kind]} file ({describe_error(err)}); it may be empty, "
+            "truncated or of another format: write it again."
+        ) from err
     return _checked(embeddings, labels, path, normalize)
 
 
@@ -119,6 +155,8 @@ def _read_npy(path: Path, embeddings_key: str | None, labels_key: str | None) ->
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as err:
+        if "pickle" not in str(err):
+            raise  # a short or garbled file: reported by load_embeddings
         raise FileFormatError(
             f"{path.name} is not a plain numeric .npy array (pickled objects are refused): {err}"
         ) from err
@@ -130,6 +168,8 @@ def _read_named_arrays(path: Path, kind: str, embeddings_key: str | None, labels
             with np.load(path, allow_pickle=False) as archive:
                 arrays = {k: archive[k] for k in archive.files}
         except ValueError as err:
+            if "pickle" not in str(err):
+                raise  # a short or garbled file: reported by load_embeddings
             raise FileFormatError(f"{path.name} holds pickled objects, which are refused: {err}") from err
     else:
         from safetensors.numpy import load_file
@@ -150,8 +190,8 @@ def _read_named_arrays(path: Path, kind: str, embeddings_key: str | None, labels
 
 
 def _read_parquet(path: Path, embeddings_key: str | None, labels_key: str | None):
-    pq = require("pyarrow.parquet", extra="files", package="pyarrow")
-    pa = require("pyarrow", extra="files")
+    pq = import_extra("pyarrow.parquet", extra="files", package="pyarrow")
+    pa = import_extra("pyarrow", extra="files")
     columns = pq.read_schema(path).names
     key = _pick(columns, embeddings_key, EMBEDDING_KEYS, "column", path)
     if key is None:
@@ -173,7 +213,7 @@ def _read_parquet(path: Path, embeddings_key: str | None, labels_key: str | None
     if column.null_count:
         raise FileFormatError(f"Column {key!r} of {path.name} has {column.null_count} empty (null) rows.")
     lengths = np.asarray(
-        require("pyarrow.compute", extra="files", package="pyarrow").list_value_length(column)
+        import_extra("pyarrow.compute", extra="files", package="pyarrow").list_value_length(column)
     )
     if len(lengths) and (lengths != lengths[0]).any():
         raise ShapeError(
@@ -197,7 +237,7 @@ def _read_faiss(path: Path, embeddings_key: str | None, labels_key: str | None) 
         raise FileFormatError(
             f"{path.name} is a FAISS index: it holds vectors only, no named keys or labels."
         )
-    faiss = require("faiss", extra="files", package="faiss-cpu")
+    faiss = import_extra("faiss", extra="files", package="faiss-cpu")
     try:
         index = faiss.read_index(str(path))
     except RuntimeError as err:

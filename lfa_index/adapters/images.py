@@ -14,9 +14,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..core.errors import InvalidParameterError
-from .base import embed_in_batches, fixed_batches, require
-from .errors import SkippedInputWarning, UnreadableImageError
+from ..errors import InvalidParameterError, SkippedInputWarning, UnreadableImageError
+from ..extras import import_extra
+from .base import embed_in_batches, fixed_batches
 
 ImageInput = Any  # str | os.PathLike | PIL.Image.Image | np.ndarray
 
@@ -67,7 +67,7 @@ def image_key(item: ImageInput) -> bytes:
 
 def load_rgb(item: ImageInput, *, extra: str) -> Any:
     """Decode one image to an RGB PIL image (raises on an unreadable one)."""
-    Image = require("PIL.Image", extra=extra, package="pillow")
+    Image = import_extra("PIL.Image", extra=extra, package="pillow")
     if isinstance(item, (str, os.PathLike)):
         with Image.open(item) as img:
             img.load()

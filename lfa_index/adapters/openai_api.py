@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from typing import Any, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from ..core.errors import InvalidParameterError
 from ..core.validation import check_number
-from .base import BaseSource, require
-from .errors import EmbeddingAPIError, MissingAPIKeyError
+from ..errors import DimensionMismatchError, EmbeddingAPIError, InvalidParameterError, MissingAPIKeyError
+from ..extras import import_extra
+from .base import BaseSource
 
 #: Hard limits of the OpenAI embeddings endpoint.
 MAX_INPUTS_PER_REQUEST = 2048
@@ -35,6 +37,44 @@ KNOWN_DIMENSIONS = {
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _RETRYABLE_STATUS = {408, 409, 429}
+
+
+# Query parameters and message fragments that carry credentials.
+_SECRET_NAME = (
+    r"(?:api[-_]?key|key|token|access[-_]?token|secret|password|passwd|pwd|auth|authorization|sig|signature"
+    r"|credential)"
+)
+_SECRET_PARAM = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
+_SECRET_PATTERNS = (
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+"), r"\1 ***"),
+    (re.compile(r"\bsk-[A-Za-z0-9_*-]{4,}"), "sk-***"),
+    (re.compile(rf"(?i)\b({_SECRET_NAME})(\"?\s*[:=]\s*\"?)[^\s\"'&,;]+"), r"\1\2***"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1***@"),
+)
+REDACTED = "***"
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: user:password@ and the values of key/token/secret query parameters."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = urlencode(
+        [(k, REDACTED if _SECRET_PARAM.match(k) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)],
+        safe="*",
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with the given secrets, bearer tokens, ``sk-...`` keys and ``key=value`` credentials masked."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    for pattern, replacement in _SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def estimate_tokens(text: str) -> int:
@@ -171,17 +211,21 @@ class OpenAIEmbeddingSource(BaseSource):
         return (self.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
 
     def _client(self, key: str) -> Any:
-        openai = require("openai", extra="openai")
+        openai = import_extra("openai", extra="openai")
         # Retries are ours (backoff with jitter, malformed bodies too), so the client's are off.
         return openai.OpenAI(
             api_key=key, base_url=self._resolved_base_url(), timeout=self.timeout, max_retries=0
         )
 
     def _identity(self) -> str:
-        return f"openai|{self._resolved_base_url()}|{self.model}|dimensions={self.dimensions}"
+        # Stored in the cache's metadata: never the credentials a URL may carry.
+        return f"openai|{redact_url(self._resolved_base_url())}|{self.model}|dimensions={self.dimensions}"
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.api_key, os.environ.get("OPENAI_API_KEY"))
 
     def _request_with_retries(self, client: Any, batch: list[str]) -> np.ndarray:
-        openai = require("openai", extra="openai")
+        openai = import_extra("openai", extra="openai")
         for attempt in range(self.max_retries + 1):
             try:
                 return self._request(client, batch)
@@ -189,10 +233,11 @@ class OpenAIEmbeddingSource(BaseSource):
                 status = err.status_code
                 if status not in _RETRYABLE_STATUS and status < 500:
                     hint = " Check the API key." if status in (401, 403) else ""
+                    # not chained: the server's own exception may quote the key
                     raise EmbeddingAPIError(
                         f"The embeddings API refused a request of {len(batch)} inputs with HTTP {status}: "
-                        f"{err.message}{hint}"
-                    ) from err
+                        f"{self._redact(str(err.message))}{hint}"
+                    ) from None
                 failure: Exception = err
                 retry_after = _retry_after_seconds(err)
             except (
@@ -205,9 +250,9 @@ class OpenAIEmbeddingSource(BaseSource):
             if attempt == self.max_retries:
                 raise EmbeddingAPIError(
                     f"The embeddings API failed {self.max_retries + 1} times in a row on a request of "
-                    f"{len(batch)} inputs; last error: {type(failure).__name__}: {failure}. Inputs embedded "
-                    "so far are in the cache (with cache_dir set): rerun to resume."
-                ) from failure
+                    f"{len(batch)} inputs; last error: {type(failure).__name__}: {self._redact(str(failure))}. "
+                    "Inputs embedded so far are in the cache (with cache_dir set): rerun to resume."
+                ) from None
             time.sleep(self._delay(attempt, retry_after))
         raise AssertionError("unreachable")
 
@@ -230,12 +275,28 @@ class OpenAIEmbeddingSource(BaseSource):
             raise _MalformedResponse(f"unreadable embeddings response: {err}") from err
         if indices != list(range(len(batch))) or vectors.ndim != 2:
             raise _MalformedResponse(f"the response holds {len(indices)} embeddings for {len(batch)} inputs")
-        if self.dimensions is not None and vectors.shape[1] != self.dimensions:
-            raise _MalformedResponse(f"embeddings of size {vectors.shape[1]}, asked for {self.dimensions}")
         if not np.isfinite(vectors).all():
             raise _MalformedResponse("the response holds NaN or infinite values")
+        self._check_width(int(vectors.shape[1]))
         self.dim_ = int(vectors.shape[1])
         return vectors
+
+    def _check_width(self, width: int) -> None:
+        """Refuse an answer whose size is not the one asked for, the model's, or that of earlier answers."""
+        if self.dimensions is not None:
+            expected, why = int(self.dimensions), f"dimensions={self.dimensions} was asked for"
+        elif self.model in KNOWN_DIMENSIONS:
+            expected, why = KNOWN_DIMENSIONS[self.model], f"{self.model!r} gives {KNOWN_DIMENSIONS[self.model]}"
+        elif getattr(self, "dim_", None) is not None:
+            expected, why = self.dim_, "earlier answers had that size"
+        else:
+            return
+        if width != expected:
+            raise DimensionMismatchError(
+                f"{self.name}: the server at {redact_url(self._resolved_base_url())} answered with {width}-d "
+                f"embeddings, not {expected}-d ({why}). Check that it serves model {self.model!r}; for a server "
+                f"that ignores dimensions=, leave it unset."
+            )
 
 
 def _retry_after_seconds(err: Any) -> float:

@@ -11,8 +11,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..core.errors import InvalidInputError, InvalidParameterError
-from .base import check_texts, l2_normalize
+from ..arrays import l2_normalize
+from ..errors import InvalidInputError, InvalidParameterError
+from .base import check_texts
 
 #: The single template used by the paper and CoOp for generic image datasets.
 PHOTO_TEMPLATE: tuple[str, ...] = ("a photo of a {}.",)

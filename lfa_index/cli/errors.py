@@ -1,9 +1,5 @@
-"""The error every command raises for an unusable command-line input."""
+"""The error every command raises for an unusable command-line input (defined in :mod:`lfa_index.errors`)."""
 
-from __future__ import annotations
+from lfa_index.errors import CLIError
 
-from lfa_index import LFAIndexError
-
-
-class CLIError(LFAIndexError, ValueError):
-    """A command-line input is unusable: a missing or contradictory option, an empty class list..."""
+__all__ = ["CLIError"]

@@ -10,10 +10,11 @@ import json
 
 import numpy as np
 
-from lfa_index import AlignedIndex
+from lfa_index import AlignedIndex, LabelSpace
 from lfa_index.adapters import EmbeddingSource
 from lfa_index.baselines import BASELINES
-from lfa_index.reporting import FewShotTask, atomic_write, class_positions, run_few_shot
+from lfa_index.files import atomic_write
+from lfa_index.reporting import FewShotTask, class_positions, run_few_shot
 from lfa_index.reporting.evaluation import LFA_METHOD, FewShotResults
 
 from .console import Console
@@ -132,17 +133,9 @@ def _eval_pool(
 
 def _positions(labels: np.ndarray, names: list[str] | None, n_classes: int, what: str) -> np.ndarray:
     """Labels as class positions 0..n_classes-1 (names looked up in ``names``)."""
-    if labels.dtype.kind == "U":
-        if names is None:
-            raise CLIError(f"the {what} labels are class names: pass --classes FILE to fix the class order.")
-        lookup = {n: i for i, n in enumerate(names)}
-        unknown = sorted({v for v in labels.tolist() if v not in lookup})
-        if unknown:
-            raise CLIError(f"the {what} labels name unknown class(es): {unknown[:5]}.")
-        return np.asarray([lookup[v] for v in labels.tolist()], dtype=np.int64)
-    if labels.min() < 0 or labels.max() >= n_classes:
-        raise CLIError(f"the {what} labels must lie in 0..{n_classes - 1} (one per class prototype).")
-    return labels.astype(np.int64)
+    if labels.dtype.kind == "U" and names is None:
+        raise CLIError(f"the {what} labels are class names: pass --classes FILE to fix the class order.")
+    return LabelSpace("index", n_classes, names).lookup(labels, name=f"the {what} labels")
 
 
 def _index_table(index: AlignedIndex, x_eval: np.ndarray, y_eval: np.ndarray, zero_shot: bool) -> FewShotResults:
@@ -156,7 +149,7 @@ def _index_table(index: AlignedIndex, x_eval: np.ndarray, y_eval: np.ndarray, ze
     task = FewShotTask("index", support, y_support, x_eval, y_eval, index.text_embeddings_, names, zero_shot)
     methods = tuple(m for m, b in BASELINES.items() if zero_shot or not b.same_model_only) + (LFA_METHOD,)
     n_shots = int(np.median(np.bincount(y_support)[np.unique(y_support)]))
-    results = FewShotResults(task, (n_shots,), (int(index.lfa_options.get("random_state") or 0),), methods)
+    results = FewShotResults(task, (n_shots,), (int(index.lfa_.random_state or 0),), methods)
     for m in methods:
         if m == LFA_METHOD:
             pred = class_positions(index, index.predict(x_eval))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from lfa_index import AlignedIndex
+from lfa_index import LFA, AlignedIndex
 from lfa_index.adapters import VisionBackboneSource, load_embeddings
 
 from .console import Console
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     # class names first: cheap, and a missing API key or model fails before the support set is embedded
     prototypes = class_prototypes(args, console, names, images=support.kind == "images", model_encoder=model)
     support = embed_items(support, model, console, strict=args.strict)
-    index = AlignedIndex(**lfa_options(args), random_state=args.seed, verbose=console.progress)
+    index = AlignedIndex(lfa=LFA(**lfa_options(args), random_state=args.seed, verbose=console.progress))
     console.note(f"fitting LFA on {len(support.ids)} support rows, {len(prototypes)} classes")
     index.fit(support.embeddings, support.labels, prototypes, names)
     if args.corpus:

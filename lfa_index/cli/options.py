@@ -108,8 +108,19 @@ def positive_int(value: Any, flag: str) -> int:
     return number
 
 
+def cosine_threshold(value: str, flag: str) -> float:
+    """``value`` as a finite cosine in [-1, 1] (the range ``AlignedIndex.predict(reject_below=...)`` accepts)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as err:
+        raise CLIError(f"{flag} must be 'auto' or a cosine in [-1, 1], got {value!r}.") from err
+    if not -1.0 <= number <= 1.0:  # also false for NaN
+        raise CLIError(f"{flag} must be 'auto' or a finite cosine in [-1, 1], got {value!r}.")
+    return number
+
+
 def lfa_options(args: argparse.Namespace) -> dict[str, Any]:
-    """AlignedIndex options from ``--device``, ``--paper``, ``--steps`` and ``--beta``."""
+    """LFA options from ``--device``, ``--paper``, ``--steps`` and ``--beta``."""
     options: dict[str, Any] = {"device": args.device}
     if getattr(args, "paper", False):
         options.update(PAPER_OPTIONS)

@@ -8,7 +8,7 @@ import sys
 from typing import Any, Sequence
 
 from lfa_index import AlignedIndex
-from lfa_index.reporting import atomic_write
+from lfa_index.files import atomic_write
 
 from .console import Console
 
@@ -34,6 +34,4 @@ def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def label_name(index: AlignedIndex, label: Any) -> str:
     """The class name of a predicted label (its own text for named labels, '' for None)."""
-    if index.label_space_ == "index" and index.class_names_ is not None and 0 <= int(label) < len(index.class_names_):
-        return index.class_names_[int(label)]
-    return "" if label is None else str(label)
+    return index.label_space_.name_of(label)

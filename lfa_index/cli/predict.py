@@ -12,7 +12,7 @@ from lfa_index.reporting import class_positions
 from .console import Console
 from .errors import CLIError
 from .inputs import load_index, query_items
-from .options import add_command, add_query_args, positive_int
+from .options import add_command, add_query_args, cosine_threshold, positive_int
 from .output import csv_text, label_name, write_output
 
 
@@ -34,6 +34,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Write the top-k classes of each query as CSV; note the accuracy of labelled queries."""
+    tau = None
+    if args.reject_below is not None and args.reject_below != "auto":
+        tau = cosine_threshold(args.reject_below, "--reject-below")  # before any work
     index = load_index(args.index, args.device)
     items = query_items(args, console)
     if items is None:
@@ -41,9 +44,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     top_k = positive_int(args.top_k, "--top-k")
     scores, labels = index.search(items.embeddings, k=top_k)
     if args.reject_below is not None:
-        tau = index.rejection_threshold(0.95) if args.reject_below == "auto" else float(args.reject_below)
-        labels = labels.astype(object)
-        labels[scores < tau] = None
+        tau = index.rejection_threshold(0.95) if tau is None else tau
+        labels = index.label_space_.reject(labels, scores, tau, unknown=None)
         console.note(f"rejecting queries whose aligned cosine is below {tau:.4f}")
     rows = []
     for i, row_id in enumerate(items.ids):

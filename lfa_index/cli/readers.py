@@ -6,15 +6,18 @@ raises :class:`CLIError` saying how to fix an unusable file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
+from lfa_index import LFAIndexError
 from lfa_index.adapters import load_embeddings
+from lfa_index.adapters.files import decoding_errors, describe_error
 
 from .errors import CLIError
 
@@ -38,15 +41,32 @@ class Items:
         return "embeddings" if self.embeddings is not None else ("texts" if self.texts is not None else "images")
 
 
+@contextlib.contextmanager
+def reading(path: str | Path, what: str) -> Iterator[None]:
+    """Turn any decoding failure while reading ``path`` into one :class:`CLIError` naming the file."""
+    try:
+        yield
+    except LFAIndexError:
+        raise
+    except UnicodeDecodeError as err:
+        raise CLIError(
+            f"{path} is not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} at position {err.start}); "
+            f"save the {what} as UTF-8."
+        ) from err
+    except (csv.Error, *decoding_errors()) as err:
+        raise CLIError(f"{path} could not be read as {what} ({describe_error(err)}); fix or replace the file.") from err
+
+
 def read_labels(path: str) -> np.ndarray:
     """Labels from a .npy array (no pickles), a JSON list or a text file (one label per line)."""
     p = Path(path)
-    if p.suffix == ".npy":
-        labels = np.load(p, allow_pickle=False)
-    elif p.suffix == ".json":
-        labels = np.asarray(json.loads(p.read_text(encoding="utf-8")))
-    else:
-        labels = np.asarray([line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()])
+    with reading(path, "labels"):
+        if p.suffix == ".npy":
+            labels = np.load(p, allow_pickle=False)
+        elif p.suffix == ".json":
+            labels = np.asarray(json.loads(p.read_text(encoding="utf-8")))
+        else:
+            labels = np.asarray([line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()])
     if labels.ndim != 1 or labels.dtype.kind not in "iuU":
         raise CLIError(
             f"{path}: labels must be a 1-D list of integers or class names, got {labels.dtype} {labels.shape}."
@@ -57,9 +77,10 @@ def read_labels(path: str) -> np.ndarray:
 def read_classes(path: str) -> list[str]:
     """Class names from a JSON list or a text file (one name per line, blank lines ignored)."""
     p = Path(path)
-    text = p.read_text(encoding="utf-8")
+    with reading(path, "class names"):
+        text = p.read_text(encoding="utf-8")
+        names = json.loads(text) if p.suffix == ".json" else None
     if p.suffix == ".json":
-        names = json.loads(text)
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise CLIError(f"{path}: expected a JSON list of class names (strings).")
         names = [n.strip() for n in names]
@@ -79,9 +100,12 @@ def read_texts(path: str, *, text_column: str, label_column: str | None, need_la
     if p.suffix.lower() == ".txt":
         if need_labels:
             raise CLIError(f"{path}: a .txt file holds texts only; give a CSV with '{text_column}' and label columns.")
-        texts = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        with reading(path, "texts"):
+            texts = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not texts:
+            raise CLIError(f"{path} holds no texts; give one text per line.")
         return Items(ids=texts, texts=texts)
-    with open(p, newline="", encoding="utf-8") as f:
+    with reading(path, "a CSV of texts"), open(p, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
         columns = reader.fieldnames or []

@@ -24,6 +24,40 @@ def nearest_prototypes(aligned: torch.Tensor, prototypes: torch.Tensor, k: int) 
         return (aligned @ prototypes.T).topk(min(k, prototypes.shape[0]), dim=1).indices
 
 
+class _PickedCosines(torch.autograd.Function):
+    """``cos(mapped_i, p_j)`` for the few prototypes ``j = wanted[i]`` of each row, from their dot products.
+
+    The dots come from the one (n, C) product the nearest-prototype search needs anyway, so the
+    forward pass gathers no prototype rows. The backward pass
+    ``∂cos_ij/∂m_i = (p_j − cos_ij z_i) / ||m_i||`` sums the wanted prototypes with
+    ``embedding_bag`` (read from cache, never an (n, k, d) tensor).
+    """
+
+    @staticmethod
+    def forward(ctx, mapped, prototypes, wanted, dots):  # noqa: D102
+        norms = torch.linalg.vector_norm(mapped, dim=1, keepdim=True).clamp(min=torch.finfo(mapped.dtype).tiny)
+        cosines = dots / norms
+        ctx.save_for_backward(mapped, prototypes, wanted, cosines, norms)
+        return cosines
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        mapped, prototypes, wanted, cosines, norms = ctx.saved_tensors
+        grad = grad.to(mapped.dtype)
+        inverse = 1.0 / norms
+        grad_mapped = grad_prototypes = None
+        if ctx.needs_input_grad[0]:
+            pulled = F.embedding_bag(wanted, prototypes.to(mapped.dtype), per_sample_weights=grad, mode="sum")
+            along = (grad * cosines).sum(dim=1, keepdim=True) * inverse * inverse
+            grad_mapped = pulled.mul_(inverse).addcmul_(mapped, along, value=-1.0)
+        if ctx.needs_input_grad[1]:
+            z = mapped * inverse
+            grad_prototypes = torch.zeros_like(prototypes).index_add_(
+                0, wanted.reshape(-1), (grad.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, z.shape[1]).to(prototypes.dtype)
+            )
+        return grad_mapped, grad_prototypes, None, None
+
+
 def arerank_loss(
     mapped: torch.Tensor,
     prototypes: torch.Tensor,
@@ -44,24 +78,23 @@ def arerank_loss(
     scale : s in the adaptive margin ``(1 − y_ciᵀ y_j)/s`` (paper: 4).
     prototype_gram : optional precomputed ``normalize(Y) normalize(Y)ᵀ`` (C, C).
 
-    Only the true-class and the k selected distances carry gradients, so the backward pass costs
-    O(n·k·d) instead of O(n·C·d).
+    One (n, C) product of the unnormalised rows finds the k nearest prototypes (row scaling does
+    not change the order) and gives the dot products of the true and the k nearest; only those
+    k + 1 cosines carry gradients, so the backward pass costs O(n·k·d) instead of O(n·C·d).
     """
-    z = F.normalize(mapped, dim=1)
     p = F.normalize(prototypes, dim=1)
     if prototype_gram is None:
         prototype_gram = p @ p.T
-    n, d = z.shape
+    n = mapped.shape[0]
     c = p.shape[0]
     k = min(k, c)
-    idx = nearest_prototypes(z.detach(), p, k)  # (n, k)
-    # Unit vectors: ||z − y|| = sqrt(2 − 2 zᵀy). One gather of the true and the k nearest
-    # prototypes and one batched product give every cosine the loss needs, without
-    # materialising (n, k, d) differences; index_select on flat indices is several times faster
-    # than advanced indexing on CPU.
-    wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)  # (n, 1 + k)
-    gathered = p.index_select(0, wanted.reshape(-1)).view(n, k + 1, d)
-    cosines = torch.bmm(gathered, z.unsqueeze(2)).squeeze(2)  # (n, 1 + k)
+    with torch.no_grad():
+        dots = mapped.detach() @ p.detach().T  # (n, C)
+        idx = dots.topk(k, dim=1).indices  # (n, k)
+        wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)  # (n, 1 + k)
+        picked = dots.gather(1, wanted)
+    cosines = _PickedCosines.apply(mapped, p, wanted, picked.to(mapped.dtype))
+    # Unit vectors: ||z − y|| = sqrt(2 − 2 zᵀy).
     distances = torch.sqrt(torch.clamp(2.0 - 2.0 * cosines, min=1e-12))
     d_pos, d_neg = distances[:, :1], distances[:, 1:]
     margins = prototype_gram.reshape(-1).index_select(0, (labels.unsqueeze(1) * c + idx).reshape(-1))

@@ -52,6 +52,20 @@ def shared_precision(z: torch.Tensor, labels: torch.Tensor, means: torch.Tensor)
     return d * torch.linalg.pinv((n - 1) * cov + torch.trace(cov) * eye, hermitian=True)
 
 
+def precision_times(z: torch.Tensor, labels: torch.Tensor, means: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``v @ P`` for GDA's shrunk precision P of :func:`shared_precision`, by a Cholesky solve."""
+    n, d = z.shape
+    if n - int(torch.unique(labels).numel()) < 1:
+        return v
+    residuals = z - means[labels]
+    cov = residuals.T @ residuals / (n - 1)
+    shrunk = (n - 1) * cov + torch.trace(cov) * torch.eye(d, dtype=z.dtype, device=z.device)
+    factor, info = torch.linalg.cholesky_ex(shrunk)
+    if int(info) != 0:  # not positive definite (no spread at all): the pseudo-inverse copes
+        return v @ shared_precision(z, labels, means)
+    return d * torch.cholesky_solve(v.T, factor).T
+
+
 def support_prototypes(
     z: torch.Tensor, labels: torch.Tensor, n_classes: int, kind: SupportKind = "discriminant"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -64,8 +78,7 @@ def support_prototypes(
     means, seen = class_means(z64, labels, n_classes)
     if kind == "mean":
         return F.normalize(means, dim=1) * seen.unsqueeze(1), torch.zeros_like(means[:, 0]), seen
-    precision = shared_precision(z64, labels, means)
-    directions = means @ precision
+    directions = precision_times(z64, labels, means, means)
     bias = -0.5 * (directions * means).sum(dim=1)
     scale = directions[seen].norm(dim=1).mean().clamp(min=torch.finfo(z64.dtype).tiny)
     return directions * seen.unsqueeze(1) / scale, bias * seen / scale, seen

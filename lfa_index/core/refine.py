@@ -16,12 +16,19 @@ import math
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
+import numpy as np
 import torch
-from tqdm.auto import tqdm
 
+from .config import RefineConfig
 from .loss import arerank_loss
+
+
+class Progress(Protocol):
+    """What refinement needs of a progress bar (``tqdm`` has it)."""
+
+    def update(self, n: int = 1) -> object: ...
 
 
 @dataclass
@@ -55,23 +62,15 @@ def refine(
     prototypes: torch.Tensor,
     *,
     steps: int,
-    lr: float = 5e-4,
-    weight_decay: float = 5e-4,
-    final_lr: float = 1e-7,
-    k: int = 3,
-    scale: float = 4.0,
-    noise_std: float = 0.035,
-    dropout: float = 0.025,
-    batch_fraction: float = 0.75,
-    w_tt_init: torch.Tensor | None = None,
-    momentum_start: float = 0.9,
     generator: torch.Generator,
     coin: torch.Generator,
-    precision: str = "float32",
+    config: RefineConfig = RefineConfig(),
+    horizon: int | None = None,
+    w_tt_init: torch.Tensor | None = None,
     cuda_graph: bool | None = None,
     train_prototypes: bool = False,
-    progress: bool = False,
-    callback: Callable[[int, torch.Tensor], None] | None = None,
+    progress: Progress | None = None,
+    callback: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor | None], None] | None = None,
 ) -> RefineResult:
     """Refine ``w_init`` for ``steps`` AdamW steps on the ARerank loss.
 
@@ -80,26 +79,26 @@ def refine(
     w_init : (d, d) initial map (β-Procrustes).
     x : (n, d) or (n, V, d) L2-normalised support rows (V views per image).
     labels : (n,) int64 classes; prototypes : (C, d) L2-normalised class prototypes.
+    steps : steps to run.
     generator : torch generator on x's device (batches, noise, dropout masks).
     coin : CPU generator for the ½-probability coin flips (keeps the GPU free of host syncs).
-    precision : "float32" (default) or "bf16-mixed": matrix products in bfloat16 under
-        ``torch.autocast`` with float32 weights, optimiser state and norms (several times faster
-        on CPUs with native bf16; results move within noise, see benchmarks/speed.py).
+    config : the optimiser, loss and augmentation settings (:class:`RefineConfig`).
+    horizon : length of the schedule (cosine learning rate, W_tt momentum ramp), default
+        ``steps``. A run with ``steps < horizon`` is the first ``steps`` steps of a
+        ``horizon``-step run, so held-out checkpoints of one long run describe shorter ones exactly.
     cuda_graph : replay the step as a CUDA graph (default: on CUDA devices). A step is ~80 small
         kernels, so on a GPU it is bound by launch overhead, which the graph removes. The coin
         flips are then drawn on the GPU and applied without branching, and the random streams
         come from a CUDA generator seeded from ``generator`` (same distribution, other numbers).
     train_prototypes : also train the prototypes, from ``prototypes``, with the same loss and
         optimiser (runs eagerly); the result then carries them, L2-normalised.
-    callback : called as ``callback(step, W)`` after each step (1-based), e.g. to follow a
-        held-out accuracy.
+    progress : a progress bar (``tqdm``-like: ``update(n)``) advanced by one per step.
+    callback : called as ``callback(step, W, W_tt, prototypes)`` after each step (1-based);
+        ``prototypes`` are the L2-normalised trained prototypes, or None.
     """
-    run = _Refinement(
-        w_init, x, labels, prototypes, steps=steps, lr=lr, weight_decay=weight_decay, final_lr=final_lr,
-        k=k, scale=scale, noise_std=noise_std, dropout=dropout, batch_fraction=batch_fraction,
-        w_tt_init=w_tt_init, momentum_start=momentum_start, precision=precision,
-        train_prototypes=train_prototypes,
-    )
+    horizon = steps if horizon is None else max(int(horizon), int(steps))
+    run = _Refinement(w_init, x, labels, prototypes, steps=steps, horizon=horizon, config=config,
+                      w_tt_init=w_tt_init, train_prototypes=train_prototypes)
     use_graph = (x.device.type == "cuda" if cuda_graph is None else cuda_graph) and not train_prototypes
     if use_graph and x.device.type == "cuda" and steps > _GRAPH_WARMUP:
         try:
@@ -110,20 +109,48 @@ def refine(
     return run.eagerly(generator, coin, progress=progress, callback=callback)
 
 
+def dropout_mask(shape: torch.Size, keep: float, generator: torch.Generator,
+                 bits: np.random.Generator | None = None) -> torch.Tensor:
+    """Bool mask of the entries to drop: each is dropped with probability ``1 − keep``.
+
+    On the CPU the mask comes from 16 random bits per entry of a numpy PCG64 stream (``bits``),
+    twice as fast as a float per entry from torch's generator; ``keep`` is then rounded to a
+    multiple of 1/65536.
+    """
+    if bits is None:
+        return torch.rand(shape, device=generator.device, generator=generator) >= keep
+    threshold = round(keep * 65536)
+    return torch.from_numpy(bits.integers(0, 65536, size=tuple(shape), dtype=np.uint16) >= threshold)
+
+
+def cosine_learning_rates(config: RefineConfig, horizon: int, steps: int) -> list[float]:
+    """Learning rate of each of the first ``steps`` steps of a ``horizon``-step cosine schedule.
+
+    Read off torch's ``CosineAnnealingLR`` on a stand-in optimiser, so it is torch's schedule.
+    """
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=config.lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(probe, T_max=horizon, eta_min=config.final_lr)
+    rates = []
+    for _ in range(steps):
+        rates.append(probe.param_groups[0]["lr"])
+        probe.step()
+        schedule.step()
+    return rates
+
+
 _GRAPH_WARMUP = 3  # eager steps on a side stream before capture, as the CUDA-graph docs ask
 
 
 class _Refinement:
     """One refinement run: its state, its batch draw and its step, run eagerly or as a CUDA graph."""
 
-    def __init__(self, w_init, x, labels, prototypes, *, steps, lr, weight_decay, final_lr, k, scale,
-                 noise_std, dropout, batch_fraction, w_tt_init, momentum_start, precision, train_prototypes=False):
+    def __init__(self, w_init, x, labels, prototypes, *, steps: int, horizon: int, config: RefineConfig,
+                 w_tt_init=None, train_prototypes: bool = False):
         self.w_init, self.w_tt_init = w_init, w_tt_init
         self.x, self.labels, self.prototypes = x, labels, prototypes
-        self.steps, self.lr, self.weight_decay, self.final_lr = steps, lr, weight_decay, final_lr
-        self.k, self.scale, self.noise_std, self.keep = k, scale, noise_std, 1.0 - dropout
-        self.momentum_start = momentum_start
-        self.mixed = precision == "bf16-mixed"
+        self.steps, self.horizon, self.config = steps, horizon, config
+        self.keep = 1.0 - config.dropout
+        self.mixed = config.precision == "bf16-mixed"
         self.train_prototypes = train_prototypes
         self.gram = prototypes @ prototypes.T
         device = x.device
@@ -131,7 +158,8 @@ class _Refinement:
         self.multi_view = x.ndim == 3
         self.flat_views = x.reshape(-1, x.shape[-1]) if self.multi_view else None
         self.first_rows = torch.arange(n, device=device) * (x.shape[1] if self.multi_view else 1)
-        self.batch_size = n if self.multi_view else max(1, int(n * batch_fraction))
+        self.batch_size = n if self.multi_view else max(1, int(n * config.batch_fraction))
+        self.rates = cosine_learning_rates(config, horizon, steps)
         self.reset()
 
     def reset(self) -> None:
@@ -141,6 +169,9 @@ class _Refinement:
         self.w_tt = eye if self.w_tt_init is None else self.w_tt_init.detach().clone()
         self.trained = torch.nn.Parameter(self.prototypes.detach().clone()) if self.train_prototypes else None
         self.losses = torch.empty(self.steps, device=device)
+
+    def _momentum(self, step: int) -> float:
+        return ema_momentum(step, self.horizon, self.config.momentum_start)
 
     def _draw_batch(self, generator):
         n, device = self.x.shape[0], self.x.device
@@ -160,49 +191,59 @@ class _Refinement:
             with torch.no_grad():  # the adaptive margins follow the prototypes, without a gradient
                 gram = prototypes @ prototypes.T
         with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.mixed, cache_enabled=False):
-            return arerank_loss(batch @ self.w, prototypes, batch_labels, k=self.k, scale=self.scale,
-                                prototype_gram=gram)
+            return arerank_loss(batch @ self.w, prototypes, batch_labels, k=self.config.k,
+                                scale=self.config.margin_scale, prototype_gram=gram)
+
+    def _optimizer(self, params, lr) -> torch.optim.AdamW:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay, betas=(0.9, 0.999), eps=1e-8,
+                                 capturable=not isinstance(lr, float))
+
+    def _trained_unit(self) -> torch.Tensor | None:
+        return None if self.trained is None else torch.nn.functional.normalize(self.trained.detach(), dim=1)
+
+    def _result(self) -> RefineResult:
+        return RefineResult(W=self.w.detach().clone(), W_tt=self.w_tt.clone(), loss_curve=self.losses.cpu().tolist(),
+                            prototypes=self._trained_unit())
 
     # ------------------------------------------------------------------ eager
     def eagerly(self, generator, coin, *, progress, callback) -> RefineResult:
         params = [self.w] if self.trained is None else [self.w, self.trained]
-        opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay, betas=(0.9, 0.999), eps=1e-8)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.steps, eta_min=self.final_lr)
+        opt = self._optimizer(params, self.config.lr)
         device = self.x.device
-        bar = tqdm(range(self.steps), desc="LFA refinement", disable=not progress, leave=False)
-        for step in bar:
+        bits = None if device.type != "cpu" else np.random.default_rng(
+            int(torch.randint(2**62, (1,), generator=generator)))
+        for step in range(self.steps):
+            for group in opt.param_groups:
+                group["lr"] = self.rates[step]
             batch, batch_labels = self._draw_batch(generator)
             add_noise, drop = (torch.rand(2, generator=coin) < 0.5).tolist()
             # `batch` is a fresh copy (index_select), so it can be perturbed in place.
-            if self.noise_std > 0 and add_noise:
-                batch.add_(torch.randn(batch.shape, device=device, generator=generator), alpha=self.noise_std)
+            if self.config.noise_std > 0 and add_noise:
+                batch.add_(torch.randn(batch.shape, device=device, generator=generator), alpha=self.config.noise_std)
             if self.keep < 1.0 and drop:
-                # Inverted dropout drawn from our generator (F.dropout cannot take one), so a seed
-                # reproduces the run exactly.
-                dropped = torch.rand(batch.shape, device=device, generator=generator) >= self.keep
-                batch.masked_fill_(dropped, 0.0).mul_(1.0 / self.keep)
+                # Inverted dropout drawn from our own seeded stream (F.dropout cannot take one), so a
+                # seed reproduces the run exactly.
+                batch.masked_fill_(dropout_mask(batch.shape, self.keep, generator, bits), 0.0).mul_(1.0 / self.keep)
             loss = self._loss(batch, batch_labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            sched.step()
             with torch.no_grad():
-                alpha = ema_momentum(step, self.steps, self.momentum_start)
+                alpha = self._momentum(step)
                 self.w_tt.mul_(alpha).add_(self.w.detach(), alpha=1.0 - alpha)
                 self.losses[step] = loss.detach()
             if callback is not None:
-                callback(step + 1, self.w.detach())
-            if progress and (step % 20 == 0 or step == self.steps - 1):
-                bar.set_postfix(loss=f"{float(loss):.4f}")
-        trained = None if self.trained is None else torch.nn.functional.normalize(self.trained.detach(), dim=1)
-        return RefineResult(W=self.w.detach(), W_tt=self.w_tt, loss_curve=self.losses.cpu().tolist(), prototypes=trained)
+                callback(step + 1, self.w.detach(), self.w_tt, self._trained_unit())
+            if progress is not None:
+                progress.update(1)
+        return self._result()
 
     # ------------------------------------------------------------------ CUDA graph
     def _graph_step(self, opt, ema_weight) -> torch.Tensor:
         """A branch-free step (coin flips as tensors), so one captured graph serves every step."""
         batch, batch_labels = self._draw_batch(None)
         flips = torch.rand(2, device=batch.device) < 0.5
-        batch = batch + torch.randn_like(batch) * (self.noise_std * flips[0])
+        batch = batch + torch.randn_like(batch) * (self.config.noise_std * flips[0])
         kept = (torch.rand_like(batch) < self.keep) | ~flips[1]
         batch = batch * kept * torch.where(flips[1], 1.0 / self.keep, 1.0)
         loss = self._loss(batch, batch_labels)
@@ -214,34 +255,25 @@ class _Refinement:
 
     def on_cuda_graph(self, generator, *, progress, callback) -> RefineResult:
         device = self.x.device
-        # The learning-rate schedule, read off torch's scheduler on a stand-in optimiser, is
-        # written into a device tensor before each replay (no host sync inside the loop).
-        probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=self.lr)
-        probe_sched = torch.optim.lr_scheduler.CosineAnnealingLR(probe, T_max=self.steps, eta_min=self.final_lr)
-        lrs = []
-        for _ in range(self.steps):
-            lrs.append(probe.param_groups[0]["lr"])
-            probe.step()
-            probe_sched.step()
-        lr_t = torch.tensor(self.lr, device=device)
+        # The learning rate of each step is written into a device tensor before each replay (no
+        # host sync inside the loop).
+        lr_t = torch.tensor(self.config.lr, device=device)
         ema_weight = torch.zeros((), device=device)
-        opt = torch.optim.AdamW([self.w], lr=lr_t, weight_decay=self.weight_decay, betas=(0.9, 0.999),
-                                eps=1e-8, capturable=True)
+        opt = self._optimizer([self.w], lr_t)
         seed = int(torch.randint(2**62, (1,), device=device, generator=generator))
-        bar = tqdm(range(self.steps), desc="LFA refinement", disable=not progress, leave=False)
         graph = None
         index = device.index if device.index is not None else torch.cuda.current_device()
         with torch.random.fork_rng(devices=[index]):  # graphs may only use the default CUDA RNG
             torch.cuda.manual_seed(seed)
             side = torch.cuda.Stream(device)
             current = torch.cuda.current_stream(device)
-            for step in bar:
+            for step in range(self.steps):
                 warm = step < _GRAPH_WARMUP
                 if warm:
                     side.wait_stream(current)
                 with torch.cuda.stream(side) if warm else nullcontext():
-                    lr_t.fill_(lrs[step])
-                    ema_weight.fill_(1.0 - ema_momentum(step, self.steps, self.momentum_start))
+                    lr_t.fill_(self.rates[step])
+                    ema_weight.fill_(1.0 - self._momentum(step))
                     if warm:
                         opt.zero_grad(set_to_none=True)
                         loss = self._graph_step(opt, ema_weight)
@@ -256,5 +288,8 @@ class _Refinement:
                     graph.replay()
                 self.losses[step].copy_(loss)
                 if callback is not None:
-                    callback(step + 1, self.w.detach())
-        return RefineResult(W=self.w.detach().clone(), W_tt=self.w_tt.clone(), loss_curve=self.losses.cpu().tolist())
+                    callback(step + 1, self.w.detach(), self.w_tt, None)
+                if progress is not None:
+                    progress.update(1)
+        return self._result()
+

@@ -1,54 +1,83 @@
-"""Choosing LFA's options from the support set alone, on held-out refinement runs.
+"""Choosing the step count and LFA's options from the support set alone, within a fixed budget.
 
-The step count is chosen exactly as :func:`~lfa_index.core.steps.select_steps` does (same split,
-same runs, same random streams), so with every option off the fit is the paper's, bit for bit.
-Each of those runs is also scored under the classifiers it can serve without another run: the
-task map or the average of the two maps, times every prototype mix λ (see
-:mod:`~lfa_index.core.prototypes`). At the chosen count, one more run per option that needs its own
-training (prototypes trained with W; rows centred before Procrustes) is made on the same split,
-with its own random streams. When the held-out part is small (fewer than
-``min_val_rows`` rows), more stratified splits repeat the runs at the chosen count, and the
-candidates are scored on all held-out rows together. These extra runs may take at most
-``budget`` times the steps of the step search, which keeps the whole fit within about twice the
-paper's.
+**The default** (:func:`cross_fitted_evidence` then :func:`choose`). The support is cut into
+``K`` class-stratified folds. For each fold, *one* refinement run on the other folds follows the
+schedule of the final fit (``horizon`` steps, see :func:`~lfa_index.core.refine.refine`), and at
+every checkpoint (0, 25, 50, ... steps) every classifier the run can serve is scored on the
+held-out fold: the task map or the average of the two maps, times every prototype mix λ (see
+:mod:`~lfa_index.core.prototypes`). Every support row is thus held out exactly once, and a whole
+grid of (steps, map, λ) candidates costs ``K`` runs of ``(K−1)/K`` of the rows. The final fit
+replays the same schedule on all rows and stops at the chosen step, so each candidate was scored
+as the final fit will produce it. Variants that need runs of their own (centred rows, prototypes
+trained with W) add ``K`` runs each, only when asked for.
 
-A candidate replaces the plain classifier only when it gets more held-out rows right by a margin
-(``margin`` of the rows, at least one), a guard against picking the luckiest of many candidates,
-and only when at least ``min_select_rows`` rows were held out in all (fewer cannot tell the
-candidates apart: a 4-class support of 4 shots holds out 4 rows). Among candidates with as many
-held-out hits, the one with fewer options wins, then the one with the larger prototype mix λ: on
-the real sets the held-out hits are noisy while the eval accuracy rises steadily with λ wherever
-the support prototypes help at all (``benchmarks/results/accuracy.md``). With one row per class
-nothing can be held out, and every "auto" option stays off.
+**Stable choices** (:func:`choose`). Held-out accuracy is noisy, so a candidate is scored by the
+mean hits of its neighbourhood on the (steps, λ) grid (neighbouring checkpoints and mixes change
+the classifier little, so their noise averages out where their signal agrees). An option that
+changes the classifier (the average map, a variant) must also beat the plain candidate at the same
+steps and λ in a paired sign test on the held-out rows, or it stays off.
+
+**Bounds.** The horizon is at most :data:`HORIZON` steps and at most one step per support row
+(a small support over-fits long runs). With ``C ≤ k + 1`` classes every other class is among
+the k nearest prototypes of the ARerank loss, so it has nothing to re-rank and only fits the
+support rows: the default keeps β-Procrustes (no refinement; measured on 4-class AG News in
+``benchmarks/results/accuracy.md``). With one row per class nothing can be held out
+(:data:`ONE_SHOT_STEPS`, :data:`ONE_SHOT_MIX`).
+
+**The paper's preset** (:func:`select_paper_steps`) keeps the paper's single classifier and only
+needs a step count: one run on a stratified 75 % of the support, held-out accuracy at
+checkpoints up to :data:`PAPER_HORIZON` steps, then a full cosine run of the chosen length.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from sklearn.model_selection import StratifiedKFold
 
+from .beta import significantly_better
+from .config import RefineConfig
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import class_scores, hybrid_prototypes, support_prototypes
-from .refine import RefineResult, refine
-from .steps import ONE_SHOT_STEPS, STEP_GRID, EarlyStop
+from .refine import Progress, refine
 
 MIX_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 MAPPINGS: tuple[str, ...] = ("task", "average")
-MIN_VAL_ROWS = 128
-MIN_SELECT_ROWS = 30
-MAX_SPLITS = 4
-MARGIN = 0.01
-BUDGET = 1.0
+HORIZON = 150
+CHECKPOINT_EVERY = 25
+N_FOLDS = 3
+# Without refinement the folds cost one SVD each, so their noise is averaged over repeats.
+CLOSED_FORM_REPEATS = 10
+PAPER_HORIZON = 400
+PAPER_CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200, 300, 400)
+# With one row per class nothing can be held out: the middle of the paper's "50-200 iterations"
+# (section 5), at most one step per support row.
+ONE_SHOT_STEPS = 100
+# ... and, unless the zero-shot map is kept, the support row enters its class prototype with a light
+# fixed weight (shrinkage towards the text prototype; a held-out choice is impossible with one row
+# per class).
+ONE_SHOT_MIX = 0.25
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A way of fitting that needs refinement runs of its own."""
+
+    center: bool = False
+    refine_prototypes: bool = False
+
+    def options_on(self) -> int:
+        return int(self.center) + int(self.refine_prototypes)
 
 
 @dataclass(frozen=True)
 class Rows:
-    """The support rows under one centring choice: what refinement sees and what the classifier sees."""
+    """The support rows under one variant: what refinement sees and what the classifier sees."""
 
     fit: torch.Tensor  # (n, d) or (n, V, d) L2-normalised rows for Procrustes and refinement
     served: torch.Tensor  # (n, d) rows before the map, x − μ of view 0 (x itself without centring)
@@ -56,212 +85,272 @@ class Rows:
 
 
 @dataclass(frozen=True)
-class Config:
-    """One classifier: centring, prototype training, map and prototype mix."""
+class Candidate:
+    """One classifier: a variant, a step count, a map and a prototype mix λ."""
 
-    center: bool
-    refine_prototypes: bool
+    variant: Variant
+    steps: int
     mapping: str
     mix: float
 
-    def options_on(self) -> int:
-        return int(self.center) + int(self.refine_prototypes) + int(self.mapping != "task") + int(self.mix > 0)
+
+@dataclass
+class Evidence:
+    """Held-out hits of every candidate on every support row (each row held out once)."""
+
+    candidates: list[Candidate]
+    hits: np.ndarray  # (n_candidates, n_rows): 0/1, or the share of repeats a row was right in
+    folds: int
+    horizon: int
+    checkpoints: tuple[int, ...]
+    repeats: int = 1
+
+    @staticmethod
+    def mean(repeats: Sequence["Evidence"]) -> "Evidence":
+        """The evidence of repeated cross-validation: each row's share of repeats it was right in."""
+        first = repeats[0]
+        hits = np.mean([e.hits for e in repeats], axis=0)
+        return Evidence(first.candidates, hits, first.folds, first.horizon, first.checkpoints, len(repeats))
 
 
 @dataclass
 class Selection:
-    """What :func:`select_options` chose, how, and the held-out scores it chose from."""
+    """What :func:`choose` picked and the held-out evidence behind it (JSON-ready via :meth:`as_dict`)."""
 
-    steps: int
-    config: Config
-    how: str  # "held-out", "one-shot" (nothing to hold out), "too-few-rows" (plain kept) or "fixed"
-    splits: int = 0
-    val_rows: int = 0
-    step_trials: list[tuple[int, float, float]] = field(default_factory=list)  # plain (steps, acc, loss)
-    scores: dict[Config, float] = field(default_factory=dict)  # held-out accuracy at the chosen count
+    chosen: Candidate
+    how: str  # "held-out", "one-shot", "fixed" or "no-refinement"
+    horizon: int
+    folds: int = 0
+    rows: int = 0
+    accuracy: float | None = None  # held-out accuracy of the chosen candidate
+    reference: float | None = None  # ... of the plain classifier (task map, λ = 0) at its best step count
+    scores: dict[Candidate, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready summary."""
         return {
-            "steps": self.steps, **asdict(self.config), "how": self.how, "splits": self.splits,
-            "val_rows": self.val_rows, "step_trials": [list(t) for t in self.step_trials],
-            "candidates": [[*asdict(c).values(), a] for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])],
+            "steps": self.chosen.steps, "mapping": self.chosen.mapping, "mix": self.chosen.mix,
+            **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon, "folds": self.folds,
+            "rows": self.rows, "accuracy": self.accuracy, "reference": self.reference,
+            "candidates": [[c.steps, c.mapping, c.mix, c.variant.center, c.variant.refine_prototypes, round(a, 4)]
+                           for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
         }
 
 
-def map_for(result: RefineResult, mapping: str) -> torch.Tensor:
-    """The task map W, or the average (W + W_tt)/2 of the two maps of a refinement run."""
-    return result.W if mapping == "task" else (result.W + result.W_tt) / 2
+def checkpoints_for(horizon: int, every: int = CHECKPOINT_EVERY) -> tuple[int, ...]:
+    """0, every, 2·every, ... up to and including ``horizon``."""
+    if horizon <= 0:
+        return (0,)
+    marks = list(range(0, horizon + 1, every))
+    return tuple(marks if marks[-1] == horizon else marks + [horizon])
 
 
-def score_run(
-    result: RefineResult,
-    *,
-    center: bool,
-    refined: bool,
-    text: torch.Tensor,
-    z_train: torch.Tensor,
-    y_train: torch.Tensor,
-    z_val: torch.Tensor,
-    y_val: torch.Tensor,
-    mappings: Sequence[str],
-    mixes: Sequence[float],
-    support_kind: str,
-) -> dict[Config, int]:
-    """Held-out hits of every (map, λ) classifier one refinement run can serve.
-
-    ``z_train`` / ``z_val`` are the rows the classifier sees before the map, ``text`` the prototypes
-    the run started from (``result.prototypes`` replaces them when ``refined``).
-    """
-    base = result.prototypes if refined else text
-    out = {}
-    with torch.no_grad():
-        for mapping in mappings:
-            w = map_for(result, mapping)
-            aligned_train, aligned_val = z_train @ w, z_val @ w
-            support = None
-            for mix in mixes:
-                if mix > 0:
-                    if support is None:
-                        support = support_prototypes(aligned_train, y_train, text.shape[0], support_kind)
-                    prototypes, intercept = hybrid_prototypes(base, *support, mix)
-                else:
-                    prototypes, intercept = base, None
-                hits = class_scores(aligned_val, prototypes, intercept).argmax(dim=1).eq(y_val)
-                out[Config(center, refined, mapping, float(mix))] = int(hits.sum())
-    return out
+def horizon_for(n_rows: int, n_classes: int, k: int, limit: int = HORIZON) -> int:
+    """Steps of the default's schedule: at most ``limit``, one per support row, none when C ≤ k + 1."""
+    if n_classes <= k + 1:
+        return 0
+    return int(min(limit, n_rows))
 
 
-def _generators(device: torch.device, seed: int) -> tuple[torch.Generator, torch.Generator]:
+def support_folds(labels: np.ndarray, n_folds: int, random_state: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Class-stratified folds; classes with one row always train. None when no class has two rows."""
+    counts = np.bincount(labels)
+    multi = np.flatnonzero(counts[labels] >= 2)
+    if len(multi) == 0:
+        return None
+    singles = np.flatnonzero(counts[labels] < 2)
+    k = int(min(n_folds, counts[counts >= 2].min()))
+    folds = StratifiedKFold(n_splits=k, shuffle=True, random_state=random_state)
+    return [(np.sort(np.concatenate([multi[tr], singles])), multi[va])
+            for tr, va in folds.split(np.zeros(len(multi)), labels[multi])]
+
+
+def generators(device: torch.device, seed: int) -> tuple[torch.Generator, torch.Generator]:
+    """The two random streams of a run: one on ``device`` (batches, noise), one on the CPU (coin flips)."""
     gen, coin = torch.Generator(device=device), torch.Generator()
     gen.manual_seed(seed)
     coin.manual_seed(seed + 1)
     return gen, coin
 
 
-def select_options(
-    rows: dict[bool, Rows],
+def map_for(W: torch.Tensor, W_tt: torch.Tensor, mapping: str) -> torch.Tensor:
+    """The task map W, or the average (W + W_tt)/2 of the two maps of a refinement run."""
+    return W if mapping == "task" else (W + W_tt) / 2
+
+
+def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
+               support_kind: str, support: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Class vectors and biases of the hybrid with weight ``mix`` (``base`` alone at λ = 0)."""
+    if mix <= 0:
+        return base, None
+    if support is None:
+        support = support_prototypes(aligned_support, labels, base.shape[0], support_kind)
+    return hybrid_prototypes(base, *support, mix)
+
+
+def cross_fitted_evidence(
+    rows: dict[Variant, Rows],
     labels: torch.Tensor,
     prototypes: torch.Tensor,
     *,
-    refine_options: dict[str, Any],
-    generator: torch.Generator,
-    coin: torch.Generator,
+    horizon: int,
+    checkpoints: Sequence[int],
+    mixes: Sequence[float],
+    mappings: Sequence[str],
+    support_kind: str,
+    config: RefineConfig,
     random_state: int,
-    steps: int | None = None,
-    mixes: Sequence[float] = MIX_GRID,
-    mappings: Sequence[str] = MAPPINGS,
-    refine_prototypes: bool | str = "auto",
-    center: bool | str = "auto",
-    support_kind: str = "discriminant",
-    grid: Sequence[int] = STEP_GRID,
-    val_size: float = 0.25,
-    patience: int = 2,
-    min_val_rows: int = MIN_VAL_ROWS,
-    min_select_rows: int = MIN_SELECT_ROWS,
-    max_splits: int = MAX_SPLITS,
-    margin: float = MARGIN,
-    budget: float = BUDGET,
-) -> Selection:
-    """Choose the step count (``steps=None``) and the options on held-out support rows.
+    folds: Sequence[tuple[np.ndarray, np.ndarray]],
+    progress: Progress | None = None,
+) -> Evidence:
+    """Hits of every (variant, steps, map, λ) candidate on every support row, held out once.
 
-    Extra runs (more splits, trained prototypes) at the chosen count ``s`` may take at most
-    ``budget`` × the steps of the step search in all: ``(splits × variants − 1) · s ≤ budget · Σ``.
-
-    Parameters
-    ----------
-    rows : the support rows without centring (key False) and with it (key True), as far as
-        ``center`` needs them; see :class:`Rows`.
-    labels : (n,) classes; prototypes : (C, d) L2-normalised text prototypes.
-    generator, coin : the fit's random streams; only the step-count runs draw from them, as
-        :func:`~lfa_index.core.steps.select_steps` does, so the final refinement that follows
-        sees the same streams as the paper's.
-    mixes, mappings : candidate λ and maps (a single value fixes the option).
-    refine_prototypes, center : True / False fix the option, "auto" tries it at the chosen count.
+    ``folds`` are (train, held-out) row indices from :func:`support_folds`.
     """
-    base_center = center if isinstance(center, bool) else False
-    base_refine = refine_prototypes if isinstance(refine_prototypes, bool) else False
-    plain = Config(base_center, base_refine, mappings[0] if len(mappings) == 1 else "task",
-                   float(mixes[0]) if len(mixes) == 1 else 0.0)
-    first = support_splits(labels.cpu().numpy(), n_splits=1, val_size=val_size, random_state=random_state)
-    if first is None:
-        return Selection(ONE_SHOT_STEPS if steps is None else int(steps), plain, "one-shot")
-    n_val = len(first[0][1])
+    y = labels.cpu().numpy()
     device = labels.device
-    variants = [(plain.center, plain.refine_prototypes)]
-    if refine_prototypes == "auto":
-        variants.append((plain.center, True))
-    if center == "auto" and True in rows:
-        variants.append((True, plain.refine_prototypes))
-    splits = first
+    candidates = [Candidate(v, s, m, float(mix)) for v in rows for s in checkpoints for m in mappings for mix in mixes]
+    slot = {c: i for i, c in enumerate(candidates)}
+    hits = np.zeros((len(candidates), len(y)), dtype=bool)
+    marks = set(checkpoints)
+    for v_index, (variant, source) in enumerate(rows.items()):
+        for f, (train_idx, val_idx) in enumerate(folds):
+            tr = torch.as_tensor(train_idx, device=device)
+            va = torch.as_tensor(val_idx, device=device)
+            x_train, y_train = source.fit[tr], labels[tr]
+            first_view = x_train[:, 0] if x_train.ndim == 3 else x_train
+            w0 = beta_procrustes(orthogonal_procrustes(first_view, prototypes[y_train]), source.beta)
+            z_train, z_val, y_val = source.served[tr], source.served[va], labels[va]
 
-    def run(split: tuple[np.ndarray, np.ndarray], variant: tuple[bool, bool], count: int, streams) -> tuple[RefineResult, dict]:
-        centred, trained = variant
-        source = rows[centred]
-        tr = torch.as_tensor(split[0], device=device)
-        va = torch.as_tensor(split[1], device=device)
-        x_train, y_train = source.fit[tr], labels[tr]
-        first_view = x_train[:, 0] if x_train.ndim == 3 else x_train
-        w0 = beta_procrustes(orthogonal_procrustes(first_view, prototypes[y_train]), source.beta)
-        result = refine(w0, x_train, y_train, prototypes, steps=count, generator=streams[0], coin=streams[1],
-                        train_prototypes=trained, **refine_options)
-        hits = score_run(
-            result, center=centred, refined=trained, text=prototypes, z_train=source.served[tr], y_train=y_train,
-            z_val=source.served[va], y_val=labels[va], mappings=mappings, mixes=mixes, support_kind=support_kind,
-        )
-        return result, hits
+            def score(step: int, W: torch.Tensor, W_tt: torch.Tensor, trained: torch.Tensor | None = None) -> None:
+                base = prototypes if trained is None else trained
+                with torch.no_grad():
+                    for mapping in mappings:
+                        w = map_for(W, W_tt, mapping)
+                        aligned_train, aligned_val = z_train @ w, z_val @ w
+                        support = None
+                        if any(mix > 0 for mix in mixes):
+                            support = support_prototypes(aligned_train, y_train, prototypes.shape[0], support_kind)
+                        for mix in mixes:
+                            vectors, bias = classifier(aligned_train, y_train, base, mix, support_kind, support)
+                            right = class_scores(aligned_val, vectors, bias).argmax(dim=1).eq(y_val).cpu().numpy()
+                            hits[slot[Candidate(variant, step, mapping, float(mix))], val_idx] = right
 
-    # the step count: the paper's search on the first split, base variant, the fit's streams
-    y_val = labels[torch.as_tensor(splits[0][1], device=device)]
-    step_trials: list[tuple[int, float, float]] = []
-    hits_by_count: dict[int, dict[Config, int]] = {}
-    stop = EarlyStop(patience)
-    for count in (grid if steps is None else (int(steps),)):
-        result, hits = run(splits[0], variants[0], count, (generator, coin))
-        hits_by_count[count] = hits
-        with torch.no_grad():
-            aligned = rows[plain.center].served[torch.as_tensor(splits[0][1], device=device)] @ result.W
-            base = result.prototypes if plain.refine_prototypes else prototypes
-            loss = float(arerank_loss(aligned, base, y_val, k=refine_options.get("k", 3),
-                                      scale=refine_options.get("scale", 4.0)))
-        paper_like = Config(plain.center, plain.refine_prototypes, "task", 0.0)
-        # float32, as select_steps computes it, so that step_trials match the paper's to the bit
-        accuracy = float(torch.tensor(float(hits[paper_like if paper_like in hits else plain])) / n_val)
-        step_trials.append((count, accuracy, loss))
-        if stop.should_stop((accuracy, -loss)):
-            break
-    chosen_steps = max(step_trials, key=lambda t: (t[1], -t[2], -t[0]))[0]
-    if n_val * max_splits < min_select_rows:  # too few rows to choose options: no extra runs, the plain classifier
-        scores = {c: n / n_val for c, n in hits_by_count[chosen_steps].items()}
-        return Selection(chosen_steps, plain, "too-few-rows", 1, n_val, step_trials, scores)
-    # extra runs at the chosen count: as many splits as wanted, within the step budget
-    searched = sum(count for count, _, _ in step_trials)
-    affordable = int((budget * searched / chosen_steps + 1) // len(variants))
-    if affordable < 1 and len(variants) > 2:  # keep the variants, drop the extra splits first
-        variants = variants[:2]
-        affordable = int((budget * searched / chosen_steps + 1) // len(variants))
-    wanted = max(1, math.ceil(min_val_rows / n_val))
-    n_splits = max(1, min(max_splits, wanted, affordable))
-    if n_splits > 1:
-        splits = support_splits(labels.cpu().numpy(), n_splits=n_splits, val_size=val_size, random_state=random_state)
-    if affordable < 1:  # not even one more run fits: only what the step search's runs can serve
-        variants = variants[:1]
+            if 0 in marks:
+                score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
+            if horizon > 0:
+                gen, coin = generators(device, random_state + 7919 * (1 + f + len(folds) * v_index))
 
-    # every variant at the chosen count, on every split; extra runs draw from their own streams
-    totals: dict[Config, int] = dict(hits_by_count[chosen_steps])
-    val_rows = n_val
-    for j, split in enumerate(splits):
-        for v, variant in enumerate(variants):
-            if j == 0 and v == 0:
-                continue
-            _, hits = run(split, variant, chosen_steps, _generators(device, random_state + 7919 * (j * 4 + v + 1)))
-            for config, n in hits.items():
-                totals[config] = totals.get(config, 0) + n
-        if j > 0:
-            val_rows += len(split[1])
-    best_config = max(totals, key=lambda c: (totals[c], -c.options_on(), c.mix))
-    needed = max(1, math.ceil(margin * val_rows))
-    enough = val_rows >= min_select_rows
-    chosen = best_config if enough and totals[best_config] >= totals[plain] + needed else plain
-    scores = {c: n / val_rows for c, n in totals.items()}
-    return Selection(chosen_steps, chosen, "held-out", len(splits), val_rows, step_trials, scores)
+                def at_checkpoint(step: int, W: torch.Tensor, W_tt: torch.Tensor, trained: torch.Tensor | None) -> None:
+                    if step in marks:
+                        score(step, W, W_tt, trained)
+
+                refine(w0, x_train, y_train, prototypes, steps=horizon, horizon=horizon, generator=gen, coin=coin,
+                       config=config, train_prototypes=variant.refine_prototypes, progress=progress,
+                       callback=at_checkpoint)
+    return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints))
+
+
+def _preference(c: Candidate) -> tuple:
+    """Tie-break among equal scores: fewer options, the larger λ, more steps."""
+    return (-c.variant.options_on(), c.mapping == "task", c.mix, c.steps)
+
+
+def choose(evidence: Evidence, plain: Variant) -> Selection:
+    """The candidate with the best neighbourhood-smoothed held-out hits, options only on a significant gain.
+
+    ``plain`` is the variant without the options that were asked for as "auto". Among step counts
+    as good as the chosen one (within one paired standard error of its held-out hits, same map
+    and λ), the longest wins: on a flat stretch of the schedule the choice would otherwise follow
+    the noise, and the full schedule is the paper's.
+    """
+    totals = evidence.hits.sum(axis=1).astype(np.float64)
+    steps = sorted({c.steps for c in evidence.candidates})
+    mixes = sorted({c.mix for c in evidence.candidates})
+    where = {c: i for i, c in enumerate(evidence.candidates)}
+
+    def smoothed(c: Candidate) -> float:
+        i, j = steps.index(c.steps), mixes.index(c.mix)
+        around = [where.get(Candidate(c.variant, steps[a], c.mapping, mixes[b]))
+                  for a in range(max(0, i - 1), min(len(steps), i + 2))
+                  for b in range(max(0, j - 1), min(len(mixes), j + 2))]
+        return float(np.mean([totals[k] for k in around if k is not None]))
+
+    def best(pool: list[Candidate]) -> Candidate:
+        return max(pool, key=lambda c: (round(smoothed(c), 9), _preference(c)))
+
+    plain_pool = [c for c in evidence.candidates if c.variant == plain and c.mapping == "task"]
+    chosen = best(evidence.candidates)
+    if chosen.variant != plain or chosen.mapping != "task":
+        reference = Candidate(plain, chosen.steps, "task", chosen.mix)
+        if reference not in where or not significantly_better(evidence.hits[where[chosen]],
+                                                               evidence.hits[where[reference]]):
+            chosen = best(plain_pool)
+    chosen = _longest_as_good(evidence, chosen, where)
+    n_rows = evidence.hits.shape[1]
+    paper_like = best([c for c in plain_pool if c.mix == 0.0]) if 0.0 in mixes else None
+    scores = {c: float(totals[where[c]] / n_rows) for c in evidence.candidates}
+    return Selection(
+        chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen],
+        None if paper_like is None else scores[paper_like], scores,
+    )
+
+
+def _longest_as_good(evidence: Evidence, chosen: Candidate, where: dict[Candidate, int]) -> Candidate:
+    """The longest step count whose hits are within one paired standard error of ``chosen``'s."""
+    mine = evidence.hits[where[chosen]]
+    for s in sorted({c.steps for c in evidence.candidates if c.steps > chosen.steps}, reverse=True):
+        other = Candidate(chosen.variant, s, chosen.mapping, chosen.mix)
+        if other in where:
+            difference = mine - evidence.hits[where[other]]
+            if difference.sum() <= np.sqrt(np.count_nonzero(difference)):
+                return other
+    return chosen
+
+
+def select_paper_steps(
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    *,
+    beta: float,
+    config: RefineConfig,
+    random_state: int,
+    checkpoints: Sequence[int] = PAPER_CHECKPOINTS,
+    progress: Progress | None = None,
+) -> tuple[int, list[tuple[int, float, float]]]:
+    """The paper's classifier needs only a step count: one held-out run, checkpoints up to the last.
+
+    A stratified 25 % of the support is held out; the map is refined on the rest for
+    ``max(checkpoints)`` steps of one cosine schedule and scored at each checkpoint by held-out
+    top-1 accuracy (ties: lower held-out ARerank loss, then fewer steps). Returns the chosen count
+    and the trials ``(steps, accuracy, loss)``; at 1 shot (nothing to hold out)
+    :data:`ONE_SHOT_STEPS` and no trials.
+    """
+    splits = support_splits(labels.cpu().numpy(), n_splits=1, val_size=0.25, random_state=random_state)
+    if splits is None:
+        return ONE_SHOT_STEPS, []
+    (train_idx, val_idx), = splits
+    tr = torch.as_tensor(train_idx, device=x.device)
+    va = torch.as_tensor(val_idx, device=x.device)
+    x_train, y_train = x[tr], labels[tr]
+    x_val = x[va, 0] if x.ndim == 3 else x[va]
+    y_val = labels[va]
+    first_view = x_train[:, 0] if x_train.ndim == 3 else x_train
+    w0 = beta_procrustes(orthogonal_procrustes(first_view, prototypes[y_train]), beta)
+    trials: list[tuple[int, float, float]] = []
+    marks = set(checkpoints)
+
+    def at_checkpoint(step: int, W: torch.Tensor, W_tt: torch.Tensor, trained: torch.Tensor | None) -> None:
+        if step in marks:
+            with torch.no_grad():
+                mapped = x_val @ W
+                accuracy = float((F.normalize(mapped, dim=1) @ prototypes.T).argmax(1).eq(y_val).float().mean())
+                loss = float(arerank_loss(mapped, prototypes, y_val, k=config.k, scale=config.margin_scale))
+            trials.append((step, accuracy, loss))
+
+    gen, coin = generators(labels.device, random_state + 104729)
+    horizon = max(checkpoints)
+    refine(w0, x_train, y_train, prototypes, steps=horizon, horizon=horizon, generator=gen, coin=coin,
+           config=config, progress=progress, callback=at_checkpoint)
+    chosen = max(trials, key=lambda t: (t[1], -t[2], -t[0]))[0]
+    return int(chosen), trials

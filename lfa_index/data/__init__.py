@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import InvalidInputError
+from ..arrays import l2_normalize
+from ..errors import InvalidInputError
 
 BANKING77_CREDIT = (
     "Banking77 by PolyAI (Casanueva et al., \"Efficient Intent Detection with Dual Sentence Encoders\", "
@@ -112,8 +113,7 @@ def load_clip_features(root: Path, name: str) -> ImageFeatures:
         raise InvalidInputError(f"{folder} lacks the CLIP feature files ({', '.join(CLIP_FILES)}).")
 
     def features(file: str) -> np.ndarray:
-        x = np.load(folder / file, allow_pickle=False).astype(np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True).clip(min=1e-12)
+        return l2_normalize(np.load(folder / file, allow_pickle=False))
 
     names = json.loads((folder / "classnames.json").read_text(encoding="utf-8"))
     return ImageFeatures(

@@ -4,9 +4,9 @@ Spaces
 ------
 ``"raw"``      documents are the document-side model's raw embeddings (what an existing store
                already holds); a text query ``y`` becomes ``t Gᵀ``, its aligned embedding
-               ``t = transform_prototypes(y)`` mapped back by the query map G. Ranking raw unit
+               ``t = index.transform_text(y)`` mapped back by the query map G. Ranking raw unit
                documents by it is the candidate step of :meth:`AlignedIndex.search_unaligned`;
-               :meth:`AlignedEmbedder.aligned_scores` re-scores candidates exactly.
+               :meth:`AlignedEmbedder.rerank` re-ranks candidates exactly, with the same function.
 ``"aligned"``  documents are ``index.transform(x)`` and queries ``t``: a store that ranks by
                cosine or inner product then returns the exact aligned top-k (re-index needed).
 """
@@ -17,9 +17,11 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
+from ..arrays import MAPPINGS
 from ..core.validation import check_choice
+from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
 from ..index import AlignedIndex
+from ..index.folding import rerank, unalign_queries
 from ..stores import FaissStore, VectorStore, prototype_dim, search_classes, write_prototypes
 
 Space = Literal["raw", "aligned"]
@@ -82,7 +84,7 @@ class AlignedEmbedder:
         self.index = index
         self.space = space
         self.mapping = index.corpus_mapping if mapping is None else mapping
-        check_choice(self.mapping, "mapping", ("task", "tt", "average"))
+        check_choice(self.mapping, "mapping", MAPPINGS)
         self._query_map = index.query_transform(self.mapping)  # also checks that the index is fitted
         self._queries = embed_function(query_embedder, "text", "query_embedder", query=True)
         self._documents = (
@@ -104,12 +106,12 @@ class AlignedEmbedder:
                 f"the query embedder returns {y.shape[1]}-d vectors but the index was fitted on {expected}-d text "
                 "embeddings; use the text model the index was fitted with."
             )
-        return np.ascontiguousarray(self.index.lfa_.transform_prototypes(y), dtype=np.float32)
+        return self.index.transform_text(y, "the query embedder's output")
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors in this space: ``t Gᵀ`` (raw) or ``t`` (aligned), float32 (n, dim)."""
         t = self.aligned_queries(texts)
-        return np.ascontiguousarray(t @ self._query_map.T) if self.space == "raw" else t
+        return unalign_queries(t, self._query_map) if self.space == "raw" else t
 
     def raw_documents(self, texts: Sequence[str]) -> np.ndarray:
         """The document-side model's embeddings (n, d_in)."""
@@ -135,12 +137,17 @@ class AlignedEmbedder:
             return x if self.space == "raw" else np.empty((0, self.dim), dtype=np.float32)
         return self.index.transform(x, self.mapping)
 
-    def aligned_scores(self, query: str, documents: Sequence[str]) -> np.ndarray:
-        """Exact aligned cosines (m,) of one query with documents (re-embedded by the document side)."""
+    def rerank(self, query: str, documents: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact aligned top-``k`` of candidate documents (re-embedded by the document side) for one
+        query: ``(scores, positions in documents)``, each (min(k, m),), best first (ties: candidate order)."""
         if len(documents) == 0:
-            return np.empty(0, dtype=np.float32)
-        t = self.aligned_queries([query])[0]
-        return self.index.transform(self.raw_documents(documents), self.mapping) @ t
+            return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
+        raw = self.raw_documents(documents)
+        candidates = np.arange(len(documents), dtype=np.int64)[None]
+        scores, positions = rerank(
+            self.aligned_queries([query]), candidates, lambda rows: self.index.transform(raw[rows], self.mapping), k
+        )
+        return scores[0], positions[0]
 
     def classify(self, documents: Sequence[str], store: VectorStore | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Nearest class of each document by the folded prototypes: ``(labels, scores)``, each (n,).
@@ -152,11 +159,6 @@ class AlignedEmbedder:
             store = write_prototypes(self.index, FaissStore(dim=prototype_dim(self.index)))
         scores, labels = search_classes(self.index, store, self.raw_documents(documents), k=1)
         return labels[:, 0], scores[:, 0]
-
-
-def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` best scores, best first (stable on ties)."""
-    return np.argsort(-np.asarray(scores), kind="stable")[:k]
 
 
 def check_overfetch(k: Any, overfetch: Any) -> tuple[int, int]:

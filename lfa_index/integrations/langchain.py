@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
+from ..extras import import_extra
 from ..index import AlignedIndex
 from ..stores import VectorStore
-from ..stores.errors import import_extra
-from ._common import AlignedEmbedder, Space, check_overfetch, native, top_k
+from ._common import AlignedEmbedder, Space, check_overfetch, native
 
 _embeddings = import_extra("langchain_core.embeddings", "langchain")
 _documents = import_extra("langchain_core.documents", "langchain")
@@ -89,8 +89,8 @@ def search_aligned_documents(
     k, overfetch = check_overfetch(k, overfetch)
     query_vector = embeddings.embed_query(query)
     candidates = vectorstore.similarity_search_by_vector(query_vector, k=k * overfetch, **search_kwargs)
-    scores = embeddings.aligner.aligned_scores(query, [doc.page_content for doc in candidates])
-    return [(candidates[i], float(scores[i])) for i in top_k(scores, k)]
+    scores, best = embeddings.aligner.rerank(query, [doc.page_content for doc in candidates], k)
+    return [(candidates[i], float(score)) for i, score in zip(best, scores)]
 
 
 def classify_documents(

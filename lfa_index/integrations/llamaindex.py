@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from ..core.errors import InvalidParameterError
+from ..errors import InvalidParameterError
+from ..extras import import_extra
 from ..index import AlignedIndex
 from ..stores import VectorStore
-from ..stores.errors import import_extra
-from ._common import AlignedEmbedder, Space, check_overfetch, native, top_k
+from ._common import AlignedEmbedder, Space, check_overfetch, native
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
 _schema = import_extra("llama_index.core.schema", "llamaindex")
@@ -103,8 +103,8 @@ def retrieve_aligned(
     retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)
     candidates = retriever.retrieve(query)
     contents = [c.node.get_content(metadata_mode=_schema.MetadataMode.EMBED) for c in candidates]
-    scores = embed_model.aligner.aligned_scores(query, contents)
-    return [_schema.NodeWithScore(node=candidates[i].node, score=float(scores[i])) for i in top_k(scores, k)]
+    scores, best = embed_model.aligner.rerank(query, contents, k)
+    return [_schema.NodeWithScore(node=candidates[i].node, score=float(score)) for i, score in zip(best, scores)]
 
 
 def classify_nodes(

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..adapters.errors import MissingDependencyError
 from ..baselines import BASELINES
+from ..extras import import_extra
+from ..files import atomic_write
 from ..index import AlignedIndex
 from .alignment import STAGES, AlignmentStages, alignment_stages, class_positions
 from .evaluation import FewShotResults, FewShotTask, run_few_shot, sample_support
@@ -40,24 +40,6 @@ __all__ = [
     "sample_support",
     "write_report",
 ]
-
-
-def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` at once: a temporary file in the same folder, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def _slug(name: str) -> str:
@@ -81,12 +63,7 @@ def alignment_section(
     and a linear probe fitted on the same support, and zero-shot where rows and prototypes share
     one space). ``eval_labels`` are in the index's label space (integers or class names).
     """
-    try:
-        from . import figures  # matplotlib is imported only when a report is drawn
-    except ImportError as err:
-        raise MissingDependencyError(
-            f"drawing the report needs matplotlib ({err}); install it with: pip install 'lfa-index[plots]'"
-        ) from err
+    figures = import_extra(f"{__name__}.figures", "plots", package="matplotlib")  # imported only to draw
 
     out = Path(out_dir)
     stages = alignment_stages(index, eval_embeddings, eval_labels)

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, LabelError, ShapeError
 from ..core.metrics import true_prototype_rank
 from ..core.procrustes import beta_procrustes, orthogonal_procrustes
 from ..core.projection import project
+from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 from ..index import AlignedIndex
 
 STAGES: tuple[str, ...] = ("identity", "beta_procrustes", "lfa")
@@ -76,18 +76,7 @@ class AlignmentStages:
 
 def class_positions(index: AlignedIndex, labels: Any) -> np.ndarray:
     """Labels in the index's label space (ints or class names) as positions in ``classes_``."""
-    arr = np.asarray(labels)
-    if arr.ndim != 1:
-        raise ShapeError(f"labels must be 1-D, got shape {arr.shape}.")
-    if index.label_space_ == "name" or arr.dtype.kind in "USO":
-        lookup = {str(c): i for i, c in enumerate(index.class_names_ or index.classes_)}
-        unknown = sorted({str(v) for v in arr if str(v) not in lookup})
-        if unknown:
-            raise LabelError(f"labels name class(es) the index does not know: {unknown[:5]}.")
-        return np.fromiter((lookup[str(v)] for v in arr), dtype=np.int64, count=len(arr))
-    if arr.dtype.kind not in "iu" or (len(arr) and (arr.min() < 0 or arr.max() >= len(index.classes_))):
-        raise LabelError(f"labels must be integers in 0..{len(index.classes_) - 1} for this index.")
-    return arr.astype(np.int64)
+    return index.label_space_.lookup(labels)
 
 
 def alignment_stages(index: AlignedIndex, eval_embeddings: Any = None, eval_labels: Any = None) -> AlignmentStages:
@@ -104,7 +93,7 @@ def alignment_stages(index: AlignedIndex, eval_embeddings: Any = None, eval_labe
     support = support[:, 0] if support.ndim == 3 else support
     pseudo = index.support_labels_ is None
     if pseudo:
-        if getattr(lfa, "assignments_", None) is None:
+        if lfa.assignments_ is None:
             raise InvalidInputError("this unsupervised index has no stored assignments to label its support rows.")
         support_labels = np.asarray(lfa.assignments_).argmax(axis=1).astype(np.int64)
     else:

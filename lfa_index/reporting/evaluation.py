@@ -15,7 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..baselines import BASELINES
-from ..core.errors import InvalidParameterError
+from ..core import LFA
+from ..errors import InvalidParameterError
 from ..index import AlignedIndex
 
 LFA_METHOD = "lfa"
@@ -135,7 +136,7 @@ def run_few_shot(
 ) -> FewShotResults:
     """Draw a support set per (shots, seed), fit every method on it and score it on the eval split.
 
-    LFA is an ``AlignedIndex(**lfa_options, random_state=seed)``; zero-shot needs no support and
+    LFA is an ``AlignedIndex(lfa=LFA(**lfa_options, random_state=seed))``; zero-shot needs no support and
     is computed once. Returns :class:`FewShotResults`.
     """
     from tqdm.auto import tqdm
@@ -161,7 +162,8 @@ def run_few_shot(
             if m == "zero_shot":
                 accuracy = zero_shot_accuracy
             elif m == LFA_METHOD:
-                index = AlignedIndex(**{**options, "random_state": seed}).fit(X, y, task.prototypes, task.class_names)
+                lfa = LFA(**{**options, "random_state": seed})
+                index = AlignedIndex(lfa=lfa).fit(X, y, task.prototypes, task.class_names)
                 accuracy = float(np.mean(index.predict(task.eval_features) == task.eval_labels))
                 if seed == results.seeds[0]:
                     results.indexes[k] = index

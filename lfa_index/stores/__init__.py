@@ -13,6 +13,7 @@ Example
 >>> classify(index, store, queries)
 """
 
+from ..errors import MissingExtraError, SchemaError, StoreUnavailableError
 from .aligned import (
     MAPPING_FIELD,
     add_aligned,
@@ -20,13 +21,12 @@ from .aligned import (
     prototype_dim,
     search_aligned,
     search_classes,
-    search_raw,
+    search_unaligned,
     support_from_store,
     write_prototypes,
 )
 from .base import VectorStore
 from .chroma import ChromaStore
-from .errors import MissingExtraError, SchemaError, StoreUnavailableError
 from .faiss_store import FaissStore
 from .lancedb_store import LanceDBStore
 from .milvus import MilvusStore
@@ -46,7 +46,7 @@ __all__ = [
     "search_classes",
     "add_aligned",
     "search_aligned",
-    "search_raw",
+    "search_unaligned",
     "support_from_store",
     "StoreUnavailableError",
     "SchemaError",

@@ -1,4 +1,4 @@
-"""Helpers shared by the stores that talk to an engine (Qdrant, Chroma, LanceDB): names, URLs, exact re-scoring."""
+"""Helpers shared by the stores that talk to an engine (Milvus, Qdrant, Chroma, LanceDB): names, URLs, re-scoring."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..core.errors import InvalidParameterError
-from .errors import SchemaError, StoreUnavailableError
+from ..core.validation import check_ids
+from ..errors import InvalidParameterError, SchemaError, StoreUnavailableError
 
 Batches = Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]  # what scan() yields
 _CHUNK_BYTES = 64 << 20  # at most this much candidate data in memory while re-scoring
@@ -97,3 +97,33 @@ def rank_candidates(
 def query_chunk(dim: int, candidates: int, limit: int = 1024) -> int:
     """Queries per request such that their candidates' vectors stay under 64 MiB."""
     return max(1, min(limit, _CHUNK_BYTES // max(1, 4 * dim * max(candidates, 1))))
+
+
+_MILVUS_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def filter_literal(value: str | int, dialect: str) -> str:
+    """``value`` as a literal in an engine's filter expression; integers as decimal numbers.
+
+    ``"sql"`` (LanceDB): a string in single quotes, quotes doubled, backslashes plain characters.
+    ``"milvus"``: a string in double quotes with backslash, double quote, newline, carriage return
+    and tab escaped by a backslash; every other character as itself (Milvus reads no ``\\u`` or
+    ``\\x`` escapes, so ``json.dumps`` breaks on "café").
+    """
+    if not isinstance(value, str):
+        return str(int(value))
+    if dialect == "sql":
+        return "'" + value.replace("'", "''") + "'"
+    if dialect == "milvus":
+        return '"' + value.translate(_MILVUS_ESCAPES) + '"'
+    raise ValueError(f"unknown filter dialect {dialect!r}")  # a programming error
+
+
+def requested_ids(ids: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(wanted, distinct sorted)`` int64 ids asked of ``get``; repeats allowed, floats and strings refused."""
+    wanted = np.asarray(ids).ravel()
+    integral = wanted.dtype != bool and np.issubdtype(wanted.dtype, np.integer)
+    # non-integers reach check_ids as they are, so that it raises its "ids must be integers" error
+    candidates = np.unique(wanted) if integral else wanted
+    unique = check_ids(candidates, len(candidates))
+    return wanted.astype(np.int64), unique

@@ -8,7 +8,8 @@ one more coordinate and the queries are ``index.prepare_queries(x)``; the search
 Corpora: either the store holds aligned images ``index.transform(x)`` and is searched with aligned
 text (:func:`add_aligned` / :func:`search_aligned`, exact on a flat index), or it holds raw
 images and the text query is mapped back, ``y Gᵀ``, with an exact re-rank of ``k · overfetch``
-candidates (:func:`search_raw`, as :meth:`AlignedIndex.search_unaligned`).
+candidates (:func:`search_unaligned`, as :meth:`AlignedIndex.search_unaligned`). Both sides call
+the same functions of :mod:`lfa_index.index.folding` for the folded ranking and the exact re-rank.
 
 Example
 -------
@@ -20,19 +21,19 @@ Example
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, ShapeError
-from ..core.validation import check_choice, check_ids, check_number
-from ..index import AlignedIndex, EmptyIndexError, check_query_matrix
+from ..arrays import CHUNK_ROWS
+from ..arrays import Mapping as MapName
+from ..core.validation import check_ids, check_number
+from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
+from ..index import AlignedIndex, check_query_matrix
+from ..index.folding import rerank, top_classes, unalign_queries
 from .base import VectorStore, check_k
-from .errors import SchemaError
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
-_CHUNK = 65536
-Mapping_ = Literal["task", "tt", "average"]
 
 
 # ------------------------------------------------------------------------------ classification
@@ -71,7 +72,8 @@ def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: st
 def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` classes of raw queries from the store: ``(scores, labels)``, each (n, k'), best first.
 
-    Scores are aligned cosines; ``k' = min(k, n_classes)``. Equals ``index.search(X, k)``.
+    Scores are aligned cosines; ``k' = min(k, n_classes)``. Equals ``index.search(X, k)`` (exact
+    ties go to the lowest class position).
 
     Example
     -------
@@ -80,15 +82,13 @@ def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) 
     k = check_k(k)
     x, groups = _classification_inputs(index, store, X)
     k = min(k, len(index.classes_))
-    scores, positions = [], []
+    hits = []
     for mapping, size in groups:
         where = {MAPPING_FIELD: mapping} if len(groups) > 1 else None
-        raw, ids = store.search(x, min(k, size), where=where)
-        scores.append(raw / index.query_norms(X, mapping)[:, None])
-        positions.append(ids)
-    scores_all, positions_all = np.concatenate(scores, axis=1), np.concatenate(positions, axis=1)
-    order = np.argsort(-scores_all, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(scores_all, order, 1), index.classes_[np.take_along_axis(positions_all, order, 1)]
+        raw, positions = store.search(x, min(k, size), where=where)
+        hits.append((raw, index.query_norms(X, mapping), positions))
+    scores, positions = top_classes(hits, k)
+    return scores, index.label_space_.labels(positions)
 
 
 def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
@@ -100,7 +100,7 @@ def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
     if len(groups) > 1:
         return search_classes(index, store, X, k=1)[1][:, 0]
     _, ids = store.search(x, 1)
-    return index.classes_[ids[:, 0]]
+    return index.label_space_.labels(ids[:, 0])
 
 
 def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
@@ -125,7 +125,7 @@ def add_aligned(
     ids: Any,
     *,
     fields: Mapping[str, Sequence[Any]] | None = None,
-    mapping: Mapping_ | None = None,
+    mapping: MapName | None = None,
 ) -> VectorStore:
     """Add images to a re-indexed corpus: the store receives ``normalize(x G)`` (n, d).
 
@@ -140,8 +140,8 @@ def add_aligned(
     ids = check_ids(ids, len(x))
     mapping, query_map = _corpus_map(index, mapping)
     _check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
-    for start in range(0, len(x), _CHUNK):
-        stop = start + _CHUNK
+    for start in range(0, len(x), CHUNK_ROWS):
+        stop = start + CHUNK_ROWS
         part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
         store.add(index.transform(x[start:stop], mapping), ids[start:stop], fields=part)
     return store
@@ -155,19 +155,19 @@ def search_aligned(
     Exact on a flat index; equals ``index.search_text`` over the same images.
     """
     k = check_k(k)
-    queries = np.ascontiguousarray(index.lfa_.transform_prototypes(text_emb), dtype=np.float32)
+    queries = index.transform_text(text_emb)
     _check_store(store, queries.shape[1], "aligned embeddings (the aligned space's dimension)")
     return store.search(queries, k)
 
 
-def search_raw(
+def search_unaligned(
     index: AlignedIndex,
     store: VectorStore,
     text_emb: Any,
     k: int = 10,
     *,
     overfetch: int = 10,
-    mapping: Mapping_ | None = None,
+    mapping: MapName | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Text -> image search in a store of RAW image embeddings, with no re-indexing.
 
@@ -178,31 +178,18 @@ def search_raw(
 
     Example
     -------
-    >>> scores, ids = search_raw(index, MilvusStore(uri, "images_raw"), text_emb, k=10, overfetch=20)
+    >>> scores, ids = search_unaligned(index, MilvusStore(uri, "images_raw"), text_emb, k=10, overfetch=20)
     """
     k = check_k(k)
     check_number(overfetch, "overfetch", low=1, integer=True)
-    queries = np.ascontiguousarray(index.lfa_.transform_prototypes(text_emb), dtype=np.float32)
+    queries = index.transform_text(text_emb)
     mapping, query_map = _corpus_map(index, mapping)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     held = store.count()
     if held == 0:
-        raise EmptyIndexError(f"{store.location} is empty: add raw image embeddings to it before search_raw().")
-    fetch = min(k * int(overfetch), held)
-    _, candidates = store.search(np.ascontiguousarray(queries @ query_map.T), fetch)
-    scores = np.full(candidates.shape, -np.inf, dtype=np.float32)
-    valid = candidates >= 0
-    unique_ids = np.unique(candidates[valid])
-    if len(unique_ids):
-        aligned = index.transform(store.get(unique_ids), mapping)
-        rows, cols = np.nonzero(valid)
-        slots = np.searchsorted(unique_ids, candidates[rows, cols])
-        scores[rows, cols] = np.einsum("ij,ij->i", aligned[slots], queries[rows])
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    top_scores = np.take_along_axis(scores, order, 1)
-    top_ids = np.take_along_axis(candidates, order, 1)
-    top_ids[~np.isfinite(top_scores)] = -1
-    return top_scores, top_ids
+        raise EmptyIndexError(f"{store.location} is empty: add raw image embeddings to it before search_unaligned().")
+    _, candidates = store.search(unalign_queries(queries, query_map), min(k * int(overfetch), held))
+    return rerank(queries, candidates, lambda ids: index.transform(store.get(ids), mapping), k)
 
 
 # ------------------------------------------------------------------------------ support sets
@@ -216,7 +203,7 @@ def support_from_store(
     Example
     -------
     >>> X, y = support_from_store(MilvusStore(uri, "labelled_images"), label_field="label")
-    >>> AlignedIndex(random_state=0).fit(X, y, text_emb, class_names=names)
+    >>> AlignedIndex(lfa=LFA(random_state=0)).fit(X, y, text_emb, class_names=names)
     """
     ids, vectors, labels = [], [], []
     for batch_ids, batch_vectors, batch_fields in store.scan([label_field], batch_size=batch_size):
@@ -251,5 +238,4 @@ def _check_store(store: VectorStore, dim: int, holds: str) -> None:
 
 def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, np.ndarray]:
     mapping = index.corpus_mapping if mapping is None else mapping
-    check_choice(mapping, "mapping", ("task", "tt", "average"))
     return mapping, index.query_transform(mapping)

@@ -19,8 +19,8 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, ShapeError
 from ..core.validation import check_number
+from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 
 Where = Mapping[str, "str | int"]
 

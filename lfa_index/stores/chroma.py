@@ -18,8 +18,15 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
 from ..core.validation import check_ids, check_number
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from ..extras import import_extra
 from ._common import (
     Batches,
     check_name,
@@ -32,7 +39,6 @@ from ._common import (
     server_address,
 )
 from .base import Where, check_fields, check_k, check_vectors, check_where
-from .errors import SchemaError, StoreUnavailableError, import_extra
 
 _NAME = r"(?!.*\.\.)(?!\d{1,3}(\.\d{1,3}){3}$)[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]"
 _NAME_RULE = (

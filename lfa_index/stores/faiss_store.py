@@ -17,10 +17,9 @@ from typing import Any, Iterator, Mapping, Sequence
 import faiss
 import numpy as np
 
-from ..core.errors import InvalidInputError, InvalidParameterError
 from ..core.validation import check_ids, check_number
+from ..errors import InvalidInputError, InvalidParameterError, SchemaError
 from .base import Where, check_fields, check_k, check_vectors, check_where
-from .errors import SchemaError
 
 
 class FaissStore:

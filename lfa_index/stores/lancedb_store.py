@@ -18,11 +18,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
 from ..core.validation import check_ids, check_number
-from ._common import Batches, check_name, check_uri, parse_ids, query_chunk, rank_candidates, reason
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from ..extras import import_extra
+from ._common import Batches, check_name, check_uri, filter_literal, parse_ids, query_chunk, rank_candidates, reason
 from .base import Where, check_fields, check_k, check_vectors, check_where
-from .errors import SchemaError, StoreUnavailableError, import_extra
 
 _NAME = r"[A-Za-z0-9_.-]{1,255}"
 _NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.' (LanceDB's rule)"
@@ -37,11 +43,6 @@ def _lancedb() -> Any:
 
 def _arrow() -> Any:
     return import_extra("pyarrow", "lancedb")
-
-
-def _sql_literal(value: str | int) -> str:
-    """A SQL literal: strings in single quotes with quotes doubled (backslashes are plain characters)."""
-    return str(int(value)) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
 
 
 class LanceDBStore:
@@ -362,7 +363,7 @@ class LanceDBStore:
         unknown = sorted(set(filters) - set(columns))
         if unknown:
             raise SchemaError(f"where names field(s) {unknown}, but {self.location} has columns {columns}.")
-        return " AND ".join(f"`{name}` = {_sql_literal(value)}" for name, value in filters.items())
+        return " AND ".join(f"`{name}` = {filter_literal(value, 'sql')}" for name, value in filters.items())
 
     def _vectors(self, table: Any) -> np.ndarray:
         column = table[self.vector_field] if hasattr(table, "column_names") else table.column(self.vector_field)

@@ -14,19 +14,29 @@ Example
 
 from __future__ import annotations
 
-import json
+import os
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
 from ..core.validation import check_ids, check_number
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from ..extras import import_extra
+from ._common import check_name, filter_literal, reason, requested_ids
 from .base import Where, check_fields, check_k, check_vectors, check_where
-from .errors import SchemaError, StoreUnavailableError, import_extra
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
 _REQUEST_BYTES = 16 << 20  # stay well under gRPC's 64 MiB message limit
 _METRICS = ("IP", "COSINE")
+_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,254}"
+_NAME_RULE = "1 to 255 letters, digits or '_', starting with a letter or '_' (Milvus's rule)"
 
 
 def _pymilvus() -> Any:
@@ -81,8 +91,8 @@ class MilvusStore:
     ):
         if not isinstance(uri, str) or not uri:
             raise InvalidParameterError(f"uri must be a Milvus Lite file or a server address, got {uri!r}.")
-        if not isinstance(collection, str) or not collection.isidentifier():
-            raise InvalidParameterError(f"collection must be a name of letters, digits and '_', got {collection!r}.")
+        check_name(collection, "collection", _NAME, _NAME_RULE)
+        check_name(embedding_field, "embedding_field", _NAME, _NAME_RULE)
         if dim is not None:
             check_number(dim, "dim", low=1, integer=True)
         check_number(timeout, "timeout", low=0.0, low_inclusive=False)
@@ -96,8 +106,15 @@ class MilvusStore:
             self._client = pymilvus.MilvusClient(uri=uri, token=token, db_name=db_name, timeout=self.timeout)
             exists = self._client.has_collection(collection, timeout=self.timeout)
         except self._errors as err:
+            lock = _lock_held_elsewhere(uri)
+            if lock is not None:
+                raise StoreUnavailableError(
+                    f"the Milvus Lite file {uri!r} is open in another process (it holds the lock {str(lock)!r}); "
+                    "Milvus Lite lets one process open a file at a time: close the other process's store "
+                    "(MilvusStore.close()), wait for it to exit, or share a Milvus server (uri='http://host:19530')."
+                ) from err
             raise StoreUnavailableError(
-                f"cannot reach Milvus at {uri!r} ({_reason(err)}); check that the server is running and the URI, "
+                f"cannot reach Milvus at {uri!r} ({reason(err)}); check that the server is running and the URI, "
                 "token and network are right, or pass a local file such as 'vectors.db' for Milvus Lite."
             ) from err
         try:
@@ -217,7 +234,7 @@ class MilvusStore:
         k = check_k(k, limit=_MAX_TOPK, name="k (results per query; Milvus allows at most 16384)")
         filters = check_where(where)
         # a literal expression: Milvus Lite does not read filter templates ({name} + filter_params)
-        expr = " and ".join(f"{name} == {json.dumps(value)}" for name, value in filters.items())
+        expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         ids = np.full((len(q), k), -1, dtype=np.int64)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
@@ -235,8 +252,7 @@ class MilvusStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted = np.asarray(ids, dtype=np.int64).ravel()
-        unique = np.unique(wanted)
+        wanted, unique = requested_ids(ids)
         out = np.empty((len(unique), self.dim), dtype=np.float32)
         found = np.zeros(len(unique), dtype=bool)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim + 64)))
@@ -301,15 +317,36 @@ class MilvusStore:
         except self._errors as err:
             if _is_connection_error(err):
                 raise StoreUnavailableError(
-                    f"lost Milvus at {self.uri!r} while trying to {what} ({_reason(err)}); check that the server is "
+                    f"lost Milvus at {self.uri!r} while trying to {what} ({reason(err)}); check that the server is "
                     "running and reachable, then retry."
                 ) from err
             raise
 
 
-def _reason(err: Exception) -> str:
-    text = str(getattr(err, "message", "") or err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:300]
+def _lock_held_elsewhere(uri: str) -> Path | None:
+    """The lock file of Milvus Lite file ``uri`` when another process holds it, else None."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    if "://" in uri:
+        return None
+    path = Path(uri).expanduser()
+    for lock in (path / "LOCK", path.parent / f".{path.name}.lock"):  # milvus-lite 3, milvus-lite 2
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return lock
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return None
 
 
 def _is_connection_error(err: Exception) -> bool:

@@ -19,11 +19,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
 from ..core.validation import check_ids, check_number
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
+from ..extras import import_extra
 from ._common import Batches, check_name, check_uri, parse_ids, reason, server_address
 from .base import Where, check_fields, check_k, check_vectors, check_where
-from .errors import SchemaError, StoreUnavailableError, import_extra
 
 _NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
 _NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.'"

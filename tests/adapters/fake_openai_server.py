@@ -26,7 +26,9 @@ class FakeEmbeddingsServer:
 
     Faults: ``"429"``, ``"500"``, ``"503"``, ``"400"``, ``"401"``, ``"slow"`` (answers after
     ``slow_s``, past the client timeout), ``"malformed"`` (invalid JSON), ``"short"`` (one
-    embedding missing), ``"hang"`` (holds the request until the server stops).
+    embedding missing), ``"hang"`` (holds the request until the server stops), ``"leak"`` and
+    ``"leak-500"`` (a 401 or 500 whose message quotes the caller's credentials, as some proxies do).
+    ``width_every`` maps a request number to the embedding size of its answer.
     """
 
     default_dim = 8
@@ -34,6 +36,7 @@ class FakeEmbeddingsServer:
     def __init__(self) -> None:
         self.faults: collections.deque[str] = collections.deque()
         self.fault_every: dict[int, str] = {}  # request number (1-based) -> fault
+        self.width_every: dict[int, int] = {}  # request number (1-based) -> embedding size of the answer
         self.slow_s = 1.5
         self.requests: list[dict] = []  # every request: inputs, fault, status
         self.paid: list[str] = []  # inputs of requests answered 200 with embeddings
@@ -82,7 +85,14 @@ class FakeEmbeddingsServer:
         }
         with self._lock:
             self.requests.append(record)
-        if h.headers.get("Authorization") != f"Bearer {API_KEY}" or fault == "401":
+        auth = h.headers.get("Authorization") or ""
+        if fault in ("leak", "leak-500"):
+            key = auth.removeprefix("Bearer ")
+            message = (f"Incorrect API key provided: {key}. Header was 'Authorization: {auth}'; "
+                       f"retry at https://admin:hunter22@proxy.local/v1?api-key={key}")
+            status = 401 if fault == "leak" else 500
+            return self._send(h, status, {"error": {"message": message, "type": "invalid_request_error"}})
+        if auth != f"Bearer {API_KEY}" or fault == "401":
             return self._send(
                 h, 401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
             )
@@ -102,7 +112,8 @@ class FakeEmbeddingsServer:
         if fault == "malformed":
             raw = b'{"object": "list", "data": [{"embedding": [0.1, 0.2'
             return self._send_raw(h, 200, raw)
-        dim = payload.get("dimensions") or self.default_dim
+        with self._lock:
+            dim = self.width_every.get(len(self.requests)) or payload.get("dimensions") or self.default_dim
         data = [
             {"object": "embedding", "index": i, "embedding": fake_embedding(t, dim)}
             for i, t in enumerate(inputs)

@@ -12,7 +12,7 @@ import pytest
 from lfa_index.adapters import (
     EmbeddingCache,
     EmbeddingSource,
-    MissingDependencyError,
+    MissingExtraError,
     OpenAIEmbeddingSource,
     OpenCLIPSource,
     SentenceTransformerSource,
@@ -21,7 +21,7 @@ from lfa_index.adapters import (
 )
 from lfa_index.adapters.base import embed_in_batches, fixed_batches
 from lfa_index.adapters.cache import content_key
-from lfa_index.core.errors import (
+from lfa_index.errors import (
     InvalidInputError,
     InvalidParameterError,
     LFAIndexError,
@@ -188,7 +188,7 @@ def test_every_source_follows_the_protocol_without_loading_a_model():
 )
 def test_a_missing_optional_package_raises_a_typed_error_naming_the_extra(monkeypatch, module, make, extra):
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
-    with pytest.raises(MissingDependencyError, match=rf"lfa-index\[{extra}\]") as err:
+    with pytest.raises(MissingExtraError, match=rf"lfa-index\[{extra}\]") as err:
         make()
     assert isinstance(err.value, ImportError) and isinstance(err.value, LFAIndexError)
 

@@ -13,6 +13,7 @@ open_clip = pytest.importorskip("open_clip")
 torch = pytest.importorskip("torch")
 Image = pytest.importorskip("PIL.Image")
 
+from lfa_index import InvalidParameterError  # noqa: E402
 from lfa_index.adapters import (  # noqa: E402
     CLIP_IMAGENET_TEMPLATES,
     EmbeddingSource,
@@ -184,3 +185,21 @@ def test_a_checkpoint_of_another_architecture_raises_a_typed_error(tiny_name, tm
     torch.save({"visual.conv1.weight": torch.zeros(3)}, tmp_path / "wrong.pt")
     with pytest.raises(ModelUnavailableError, match="fits it"):
         OpenCLIPSource(tiny_name, pretrained=str(tmp_path / "wrong.pt"), device="cpu").dim
+
+
+def test_a_loaded_open_clip_model_is_used_as_it_is(tiny_name, checkpoint, clip, images, tmp_path):
+    model, _, _ = open_clip.create_model_and_transforms(tiny_name, pretrained=str(checkpoint))
+    given = OpenCLIPSource(model, cache_dir=tmp_path, progress=False)
+    assert given.dim == clip.dim and given._model() is model
+    texts = ["a photo of a cat", "a dog"]
+    np.testing.assert_allclose(given.embed_texts(texts), clip.embed_texts(texts), atol=1e-5)
+    np.testing.assert_allclose(given.embed_images(images), clip.embed_images(images), atol=1e-5)
+    np.testing.assert_allclose(
+        given.embed_images(images, five_crop=True), clip.embed_images(images, five_crop=True), atol=1e-5
+    )
+    again = OpenCLIPSource(model, cache_dir=tmp_path, progress=False)
+    np.testing.assert_array_equal(again.embed_texts(texts), given.embed_texts(texts))  # same weights, same cache
+    with pytest.raises(InvalidParameterError, match="drop pretrained="):
+        OpenCLIPSource(model, pretrained=str(checkpoint), progress=False).embed_texts(["a"])
+    with pytest.raises(InvalidParameterError, match="loaded open_clip model"):
+        OpenCLIPSource(object(), progress=False).embed_texts(["a"])

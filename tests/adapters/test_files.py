@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lfa_index.adapters import FileFormatError, load_embeddings
-from lfa_index.core.errors import NonFiniteError, ShapeError
+from lfa_index.errors import NonFiniteError, ShapeError
 
 
 @pytest.fixture

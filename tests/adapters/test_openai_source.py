@@ -20,18 +20,20 @@ from fake_openai_server import API_KEY, fake_embedding  # noqa: E402
 from lfa_index.adapters import (  # noqa: E402
     EmbeddingAPIError,
     MissingAPIKeyError,
-    MissingDependencyError,
+    MissingExtraError,
     UnsupportedModalityError,
     openai_api,  # noqa: E402
 )
 from lfa_index.adapters.openai_api import OpenAIEmbeddingSource, plan_requests  # noqa: E402
+from lfa_index.errors import DimensionMismatchError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+MODEL = "local-embedding-model"  # the fake server answers 8-d rows; OpenAI's model names have known sizes
 
 
 def make_source(server, **kwargs) -> OpenAIEmbeddingSource:
     params = dict(
-        model="text-embedding-3-small",
+        model=MODEL,
         api_key=API_KEY,
         base_url=server.url,
         backoff=0.001,
@@ -180,7 +182,7 @@ def test_killed_process_resumes_without_paying_twice(openai_server, tmp_path):
         f"""
         from lfa_index.adapters.openai_api import OpenAIEmbeddingSource
         texts = [f"row {{i}}" for i in range(60)]
-        OpenAIEmbeddingSource(api_key={API_KEY!r}, base_url={openai_server.url!r}, batch_size=20,
+        OpenAIEmbeddingSource({MODEL!r}, api_key={API_KEY!r}, base_url={openai_server.url!r}, batch_size=20,
                               cache_dir={str(tmp_path)!r}, progress=False).embed_texts(texts)
         """
     )
@@ -207,7 +209,7 @@ def test_images_are_an_unsupported_modality(openai_server):
 
 def test_missing_openai_package_names_the_extra(openai_server, monkeypatch):
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(MissingDependencyError, match=r"lfa-index\[openai\]"):
+    with pytest.raises(MissingExtraError, match=r"lfa-index\[openai\]"):
         make_source(openai_server).embed_texts(["a"])
     assert openai_server.requests == []
 
@@ -218,3 +220,61 @@ def test_unknown_model_dim_needs_dimensions_or_a_first_answer(openai_server):
         source.dim
     source.embed_texts(["a"])
     assert source.dim == 8
+
+
+# ------------------------------------------------------------------ answers of the wrong size
+def test_widths_that_change_between_batches_are_a_typed_error_and_never_cached(openai_server, tmp_path):
+    openai_server.width_every = {2: 12}
+    texts = [f"text {i}" for i in range(6)]
+    with pytest.raises(DimensionMismatchError, match=rf"{MODEL}.* 12-d embeddings, not 8-d"):
+        make_source(openai_server, batch_size=2, cache_dir=tmp_path).embed_texts(texts)
+    openai_server.width_every = {}
+    out = make_source(openai_server, batch_size=2, cache_dir=tmp_path).embed_texts(texts)  # the 12-d batch was not kept
+    np.testing.assert_allclose(out, expected(texts), atol=1e-6)
+
+
+def test_a_cache_filled_at_another_width_is_a_typed_error(openai_server, tmp_path):
+    make_source(openai_server, cache_dir=tmp_path).embed_texts(["old one", "old two"])
+    openai_server.default_dim = 12  # the model behind the name changed
+    with pytest.raises(DimensionMismatchError, match=rf"{MODEL} text.* size 12 but the cache holds size 8.*delete"):
+        make_source(openai_server, cache_dir=tmp_path).embed_texts(["old one", "a new text"])
+
+
+def test_an_answer_of_the_wrong_size_for_a_known_model_is_refused(openai_server):
+    source = make_source(openai_server, model="text-embedding-3-small")
+    with pytest.raises(DimensionMismatchError, match="8-d embeddings, not 1536-d"):
+        source.embed_texts(["a cat"])
+    assert source.dim == 1536 and len(openai_server.requests) == 1  # not retried: the answer will not change
+
+
+def test_credentials_in_the_base_url_never_reach_the_cache(tmp_path, monkeypatch):
+    from safetensors import safe_open
+
+    monkeypatch.setattr(
+        OpenAIEmbeddingSource, "_request_with_retries", lambda self, client, batch: np.ones((len(batch), 4), np.float32)
+    )
+    source = OpenAIEmbeddingSource(
+        MODEL, api_key=API_KEY, base_url="https://alice:pa55word@proxy.local/v1?api-key=topsecret&api-version=2",
+        cache_dir=tmp_path, progress=False,
+    )
+    source.embed_texts(["a", "b"])
+    (shard,) = tmp_path.rglob("*.safetensors")
+    with safe_open(str(shard), framework="np") as f:
+        identity = f.metadata()["identity"]
+    assert "pa55word" not in identity and "alice" not in identity and "topsecret" not in identity
+    assert "proxy.local/v1" in identity and "api-version=2" in identity
+
+
+def test_server_messages_are_redacted_in_errors(openai_server, monkeypatch):
+    openai_server.faults.append("leak")
+    with pytest.raises(EmbeddingAPIError, match="HTTP 401") as caught:
+        make_source(openai_server).embed_texts(["a"])
+    text = str(caught.value)
+    assert API_KEY not in text and "hunter22" not in text and "Bearer sk" not in text, text
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    openai_server.faults.extend(["leak-500", "leak-500"])
+    with pytest.raises(EmbeddingAPIError, match="2 times") as caught:
+        make_source(openai_server, api_key=None, max_retries=1).embed_texts(["a"])
+    text = str(caught.value)
+    assert API_KEY not in text and "hunter22" not in text and "Incorrect API key" in text, text

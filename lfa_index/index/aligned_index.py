@@ -1,0 +1,400 @@
+"""AlignedIndex: an LFA estimator served as exact FAISS search over class prototypes and image corpora."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+import faiss
+import numpy as np
+from scipy.special import softmax
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils._param_validation import InvalidParameterError as _SklearnParameterError
+from sklearn.utils._param_validation import StrOptions
+
+from ..arrays import MAPPINGS, Mapping
+from ..core import LFA
+from ..core.validation import check_embeddings, check_number
+from ..errors import (
+    DimensionMismatchError,
+    EmptyIndexError,
+    InvalidParameterError,
+    LabelError,
+    NotFittedError,
+    ShapeError,
+)
+from . import folding
+from .classes import ClassTable, class_vectors, nearest_classes, search_classes
+from .corpus import Corpus, apply_params, check_factory, check_raw_index, reconstruct
+from .device import FaissDevice
+from .export import StoreExportMixin
+from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
+from .labels import LabelSpace
+from .maps import query_maps
+from .validation import check_query_matrix
+
+
+def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
+    return property(lambda self: read(self._snapshot()), doc=doc)
+
+
+class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
+    """Few-shot classifier and aligned retrieval index: an LFA estimator folded into FAISS.
+
+    Classifying a query is one inner-product search of the raw query against the class
+    prototypes folded with the query map (:mod:`lfa_index.index.folding`); classes added later from
+    text alone are scored with the base-to-new map W_tt (paper §4.5).
+
+    Parameters
+    ----------
+    lfa : LFA or None, default=None
+        The estimator to fit (cloned by :meth:`fit`); None means ``LFA()``. Its ``device`` also
+        places the FAISS indexes: on a CUDA device with faiss-gpu installed they move to the GPU.
+    corpus_factory : str, default="Flat"
+        FAISS factory string of the aligned image corpus (e.g. "IVF1024,PQ32" for large corpora,
+        trained on the first :meth:`add`; a trailing "np" skips polysemous training). Ids are kept
+        by an ``IndexIDMap2`` around it.
+    corpus_params : str or None, default=None
+        FAISS search parameters of the corpus, as ``faiss.ParameterSpace`` reads them ("nprobe=16").
+    corpus_mapping : {"task", "tt", "average"}, default="task"
+        Map that aligns corpus images (and the queries of :meth:`search_unaligned`).
+
+    Attributes
+    ----------
+    lfa_ : LFA                        the fitted estimator.
+    label_space_ : LabelSpace         class labels ↔ positions (``.kind``: "index" or "name").
+    classes_ : ndarray (C,)           labels: row indices of ``text_emb`` (int64) or class names.
+    class_names_ : list[str] or None  class names, in row order.
+    unknown_label_ : int or None      what ``predict(reject_below=τ)`` gives rejected queries.
+    is_new_class_ : ndarray (C,) bool classes added by :meth:`add_classes` without support images.
+    prototypes_, intercept_ : ndarray (C, d), (C,)   class vectors and biases in the aligned space.
+    text_embeddings_ : ndarray (C, d_txt)            the prototypes as given.
+    support_embeddings_, support_labels_ : the support set seen so far (for :meth:`partial_fit`).
+    n_features_in_ : int              image embedding dimension d_in.
+    corpus_size_ : int                images in the aligned corpus.
+
+    Example
+    -------
+    >>> index = AlignedIndex(lfa=LFA(steps=100, random_state=0)).fit(X, ["cat", "dog"], T, ["cat", "dog"])
+    >>> index.predict(Q, reject_below=index.rejection_threshold())
+    >>> cross_val_score(AlignedIndex(lfa=LFA(steps=50)), X, y, params={"text_emb": T})  # y: ints
+    """
+
+    _parameter_constraints: dict = {
+        "lfa": [LFA, None],
+        "corpus_factory": [str],
+        "corpus_params": [str, None],
+        "corpus_mapping": [StrOptions(set(MAPPINGS))],
+    }
+
+    def __init__(
+        self,
+        lfa: LFA | None = None,
+        *,
+        corpus_factory: str = "Flat",
+        corpus_params: str | None = None,
+        corpus_mapping: Mapping = "task",
+        **lfa_options: Any,
+    ):
+        if lfa_options:  # AlignedIndex(steps=100) was the API before the index owned an estimator
+            raise _keyword_error(lfa_options)
+        self.lfa = lfa
+        self.corpus_factory = corpus_factory
+        self.corpus_params = corpus_params
+        self.corpus_mapping = corpus_mapping
+        self._lock = threading.RLock()
+        self._table: ClassTable | None = None
+        self._corpus: Corpus | None = None
+        self._device: FaissDevice | None = None
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, img_emb: Any, labels: Any, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
+        """Fit a clone of ``lfa`` and index the class prototypes. Any previous corpus is dropped.
+
+        img_emb : (N, d_in) or (N, V, d_in) support embeddings; labels : (N,) ints indexing the rows
+        of ``text_emb``, or names found in ``class_names`` (None: unsupervised LFA); text_emb :
+        (C, d_txt) class prototypes; class_names : C distinct strings or None.
+        """
+        self._check_params()
+        support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3)).cpu().numpy()
+        text = check_embeddings(text_emb, name="text_emb").cpu().numpy()
+        check_factory(self.corpus_factory, min(support.shape[-1], text.shape[1]))  # the narrower side
+        space, y = LabelSpace.from_fit(labels, class_names, n_rows=len(support), n_classes=len(text))
+        lfa = (LFA() if self.lfa is None else clone(self.lfa)).fit(support, y, text)
+        with self._lock:
+            self._device = FaissDevice(lfa.device)
+            self._set_fitted(lfa, support, y)
+            self._corpus = None
+            self._publish(space, np.zeros(len(text), dtype=bool), text, np.empty((0, 0), dtype=np.float32))
+        return self
+
+    def partial_fit(self, img_emb: Any, labels: Any) -> "AlignedIndex":
+        """Refit with a warm start on the support seen so far plus ``img_emb`` (labels as in ``fit``;
+        classes added by :meth:`add_classes` then count as fitted). The corpus keeps its map."""
+        self._check_fitted()
+        with self._lock:
+            table, seen = self._table, self.support_embeddings_
+            support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,)).cpu().numpy()
+            if support.shape[1:] != seen.shape[1:]:
+                raise ShapeError(
+                    f"img_emb has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
+                    "pass embeddings from the same model with the same number of views."
+                )
+            if (labels is None) != (self.support_labels_ is None):
+                raise LabelError(
+                    "partial_fit needs labels exactly when fit had them: pass labels=None for an unsupervised index, "
+                    "labels otherwise."
+                )
+            y = None if labels is None else table.labels.positions(labels, n_rows=len(support))
+            all_y = None if y is None else np.concatenate([self.support_labels_, y])
+            lfa = copy.deepcopy(self.lfa_).set_params(warm_start=True)
+            lfa.fit(np.concatenate([seen, support]), all_y, table.text_embeddings)
+            is_new = table.is_new.copy()
+            if all_y is not None:
+                is_new[np.unique(all_y)] = False
+            self._set_fitted(lfa, np.concatenate([seen, support]), all_y)
+            self._publish(table.labels, is_new, table.text_embeddings, np.empty((0, 0), dtype=np.float32))
+        return self
+
+    def add_classes(self, text_emb: Any, names: Any = None) -> "AlignedIndex":
+        """Add classes from their prototypes alone, scored with W_tt (paper §4.5); ``names`` are
+        required when the index has class names, else the new classes get the next integers."""
+        self._check_fitted()
+        with self._lock:
+            table = self._table
+            text = self._check_text(text_emb)
+            space = table.labels.extend(len(text), names)
+            added = np.asarray(self.lfa_.transform_prototypes(text), dtype=np.float32)
+            fitted = len(self.lfa_.prototypes_)
+            is_new = np.concatenate([table.is_new, np.ones(len(text), dtype=bool)])
+            text = np.concatenate([table.text_embeddings, text])
+            self._publish(space, is_new, text, np.concatenate([table.prototypes[fitted:], added]))
+        return self
+
+    def _set_fitted(self, lfa: LFA, support: np.ndarray, labels: np.ndarray | None) -> None:
+        self.lfa_ = lfa
+        self.support_embeddings_ = support
+        self.support_labels_ = None if labels is None else np.asarray(labels, dtype=np.int64)
+        self.n_features_in_ = int(lfa.n_features_in_)
+
+    def _publish(self, space: LabelSpace, is_new: np.ndarray, text: np.ndarray, added: np.ndarray) -> None:
+        prototypes, intercept = class_vectors(self.lfa_, is_new, added)
+        maps = query_maps(self.lfa_)
+        self._table = ClassTable.build(space, prototypes, intercept, is_new, text, maps, self._device)
+
+    # ------------------------------------------------------------------ classification
+    def predict(self, X: Any, reject_below: float | None = None) -> np.ndarray:
+        """Label of the nearest class (n,); with ``reject_below=τ`` queries whose best aligned score
+        is below τ get ``unknown_label_`` (see :meth:`rejection_threshold`)."""
+        table = self._snapshot()
+        x = self._check_queries(X)
+        if reject_below is None:
+            return table.labels.labels(nearest_classes(table, x))
+        check_number(reject_below, "reject_below", low=-1.0, high=1.0)
+        scores, positions = search_classes(table, x, 1)
+        return table.labels.reject(table.labels.labels(positions[:, 0]), scores[:, 0], reject_below)
+
+    def search(self, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` classes of each query: ``(aligned scores, labels)``, each (n, min(k, C)), best first."""
+        check_number(k, "k", low=1, integer=True)
+        table = self._snapshot()
+        scores, positions = search_classes(table, self._check_queries(X), int(k))
+        return scores, table.labels.labels(positions)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Aligned score of each query for each class, (n, C), columns in ``classes_`` order."""
+        table = self._snapshot()
+        return table.decision_function(self._check_queries(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """``softmax(aligned score / temperature)``, (n, C), columns in ``classes_`` order."""
+        return softmax(self.decision_function(X) / np.float32(self.lfa_.temperature), axis=1).astype(np.float32)
+
+    def rejection_threshold(self, accept_rate: float = 0.95, img_emb: Any = None) -> float:
+        """τ for ``predict(reject_below=τ)`` accepting ``accept_rate`` of known-class queries: on
+        ``img_emb`` when given, else on the support set (view 0; optimistic, W was fitted on it)."""
+        check_number(accept_rate, "accept_rate", low=0.0, high=1.0, low_inclusive=False)
+        table = self._snapshot()
+        if img_emb is None:
+            x = self.support_embeddings_[:, 0] if self.support_embeddings_.ndim == 3 else self.support_embeddings_
+        else:
+            x = self._check_queries(img_emb, name="img_emb")
+        best, _ = search_classes(table, np.ascontiguousarray(x, dtype=np.float32), 1)
+        # "lower" picks an observed score, so at least accept_rate of the rows score >= τ
+        return float(np.quantile(best[:, 0], 1.0 - accept_rate, method="lower"))
+
+    # ------------------------------------------------------------------ aligned corpus
+    def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
+        """Aligned unit text embeddings (n, d): the queries of :meth:`search_text`."""
+        self._check_fitted()
+        return np.ascontiguousarray(self.lfa_.transform_prototypes(self._check_text(text_emb, name)), dtype=np.float32)
+
+    @property
+    def corpus_size_(self) -> int:
+        corpus = self._corpus
+        return 0 if corpus is None else corpus.size
+
+    def add(self, img_emb: Any, ids: Any = None) -> "AlignedIndex":
+        """Add image embeddings (N, d_in) to the aligned corpus. ``ids``: distinct non-negative int64,
+        default consecutive after the largest id held. A factory that needs training is trained on
+        the first call's images (a seeded sample of at most max(262144, 256 · nlist))."""
+        table = self._snapshot()
+        x = self._check_queries(img_emb, name="img_emb")
+        with self._lock:
+            if self._corpus is None:
+                query_map = table.maps[self.corpus_mapping]
+                self._corpus = Corpus.create(
+                    self.corpus_factory, self.corpus_params, self.corpus_mapping, query_map, table.device
+                )
+            corpus = self._corpus
+        corpus.add(x, ids)
+        return self
+
+    def search_text(self, text_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Text -> image retrieval in the aligned corpus: ``(scores, ids)``, each (n, min(k, corpus_size_)),
+        best first; approximate factories may leave slots unfilled (id -1, score -inf)."""
+        check_number(k, "k", low=1, integer=True)
+        queries = self.transform_text(text_emb)
+        return self._corpus_or_raise("search_text").search(queries, int(k), "search_text")
+
+    def search_corpus(self, img_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """Image -> image kNN in the aligned corpus: ``(scores, ids)``, as :meth:`search_text`."""
+        check_number(k, "k", low=1, integer=True)
+        x = self._check_queries(img_emb, name="img_emb")
+        corpus = self._corpus_or_raise("search_corpus")
+        return corpus.search(corpus.query_map.align(x), int(k), "search_corpus")
+
+    def search_unaligned(
+        self, index: faiss.Index, q_text: Any, k: int = 10, *, overfetch: int = 10, vectors: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Text -> image search in a FAISS index of raw (unaligned) image embeddings: ``k · overfetch``
+        candidates of the query mapped back (``t Gᵀ``) are re-ranked exactly by aligned cosine.
+
+        Candidate vectors come from ``index.reconstruct_batch`` or ``vectors`` (row i = id i).
+        Returns ``(scores, ids)``, each (n, min(k, k · overfetch, ntotal)).
+        """
+        check_number(k, "k", low=1, integer=True)
+        check_number(overfetch, "overfetch", low=1, integer=True)
+        check_raw_index(index, self._snapshot().n_features)
+        raw = None if vectors is None else self._check_queries(vectors, name="vectors", allow_zero=True)
+        text = self.transform_text(q_text, "q_text")
+        query_map = self._map(self.corpus_mapping)
+        fetch = min(int(k) * int(overfetch), int(index.ntotal))
+        _, candidates = index.search(folding.unalign_queries(text, query_map.matrix), fetch)
+        return folding.rerank(text, candidates, lambda ids: query_map.align(reconstruct(index, ids, raw)), int(k))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> Path:
+        """Write the index to directory ``path`` atomically (JSON, safetensors, FAISS; sha256 manifest).
+
+        An existing index or empty directory is replaced; any other existing path raises
+        :class:`~lfa_index.errors.IndexPathError`.
+        """
+        self._check_fitted()
+        with self._lock:
+            corpus = self._corpus if self._corpus is not None and self._corpus.size else None
+            with corpus.saved() if corpus is not None else nullcontext() as saved_corpus:
+                return save_index(
+                    path, params=self.get_params(deep=False), lfa=self.lfa_, table=self._table,
+                    support_embeddings=self.support_embeddings_, support_labels=self.support_labels_,
+                    corpus=saved_corpus,
+                )
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | None = None) -> "AlignedIndex":
+        """Read an index written by :meth:`save` (or by an earlier format); ``device`` overrides the
+        LFA's (e.g. "cpu" for a GPU index). Raises :class:`~lfa_index.errors.IndexFormatError` for a
+        missing, foreign, corrupted or inconsistent directory, naming the file."""
+        saved = load_index(path, device)
+        index = cls(**saved.params)
+        with blame(part(path, PARAMS_FILE)):
+            index._check_params()
+            index._restore(saved)
+        return index
+
+    def _restore(self, saved: SavedIndex) -> None:
+        self._set_fitted(saved.lfa, saved.support_embeddings, saved.support_labels)
+        self._device = device = FaissDevice(saved.lfa.device)
+        self._table = ClassTable.build(
+            saved.labels, saved.prototypes, saved.intercept, saved.is_new, saved.text_embeddings, saved.maps, device,
+            folded=saved.folded,
+        )
+        if saved.corpus is not None:
+            index, ids, mapping, next_id, query_map = saved.corpus
+            corpus_index = device.to_device(index)
+            apply_params(corpus_index, self.corpus_params, self.corpus_factory, device)
+            self._corpus = Corpus(corpus_index, query_map, mapping, ids, next_id, device, self.corpus_factory)
+
+    # ------------------------------------------------------------------ plumbing
+    classes_ = _from_table(lambda t: t.labels.classes, "Labels of the classes, (C,).")
+    class_names_ = _from_table(lambda t: t.labels.names, "Class names in row order, or None.")
+    label_space_ = _from_table(lambda t: t.labels, "The LabelSpace: labels ↔ positions.")
+    unknown_label_ = _from_table(lambda t: t.labels.unknown_label, "Label of rejected queries: -1 or None.")
+    prototypes_ = _from_table(lambda t: t.prototypes, "Class vectors in the aligned space, (C, d).")
+    intercept_ = _from_table(lambda t: t.intercept, "Class biases, (C,); 0 for classes added from text.")
+    is_new_class_ = _from_table(lambda t: t.is_new, "Classes added from text alone, (C,) bool.")
+    text_embeddings_ = _from_table(lambda t: t.text_embeddings, "The class prototypes as given, (C, d_txt).")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self._table is not None
+
+    def __getstate__(self) -> dict[str, Any]:  # an unfitted clone travels to joblib workers (cv n_jobs)
+        return {k: v for k, v in super().__getstate__().items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._lock = threading.RLock()
+
+    def _check_params(self) -> None:
+        try:
+            self._validate_params()
+        except _SklearnParameterError as err:
+            raise InvalidParameterError(str(err)) from err
+
+    def _check_fitted(self) -> None:
+        if self._table is None:
+            raise NotFittedError(
+                "this AlignedIndex is not fitted yet; call fit(img_emb, labels, text_emb) or AlignedIndex.load(path) "
+                "first."
+            )
+
+    def _snapshot(self) -> ClassTable:
+        self._check_fitted()
+        return self._table
+
+    def _corpus_or_raise(self, caller: str) -> Corpus:
+        self._check_fitted()
+        corpus = self._corpus
+        if corpus is None:
+            raise EmptyIndexError(f"the aligned corpus is empty: call add(img_emb) before {caller}().")
+        return corpus
+
+    def _check_queries(self, X: Any, name: str = "X", allow_zero: bool = False) -> np.ndarray:
+        return check_query_matrix(X, name=name, dim=self._snapshot().n_features, allow_zero=allow_zero)
+
+    def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
+        text = check_embeddings(text_emb, name=name).cpu().numpy()
+        expected = self._snapshot().text_embeddings.shape[1]
+        if text.shape[1] != expected:
+            raise DimensionMismatchError(
+                f"{name} has {text.shape[1]} dimensions but the index was fitted on {expected}-d prototypes; "
+                "embed text with the same text model."
+            )
+        return text
+
+
+def _keyword_error(options: dict[str, Any]) -> InvalidParameterError:
+    known = set(LFA().get_params())
+    unknown = sorted(set(options) - known)
+    if unknown:
+        return InvalidParameterError(
+            f"unknown option(s) {unknown}; AlignedIndex takes lfa, corpus_factory, corpus_params and corpus_mapping "
+            "(the LFA options go in lfa=LFA(...))."
+        )
+    args = ", ".join(f"{name}={value!r}" for name, value in options.items())
+    return InvalidParameterError(
+        f"AlignedIndex owns an LFA estimator: pass AlignedIndex(lfa=LFA({args})) instead of AlignedIndex({args})."
+    )

@@ -1,0 +1,221 @@
+"""The aligned image corpus of an AlignedIndex: ``normalize(x̂ G + o)`` of every added image in a
+FAISS ``IndexIDMap2``, its int64 ids, and a read/write lock (many searches, or one add).
+
+The map is frozen at the first add: images added before a refit keep the map they were aligned with.
+
+Example
+-------
+>>> corpus = Corpus.create("IVF1024,PQ32", "nprobe=16", "task", maps["task"], FaissDevice("cpu"))
+>>> corpus.add(images, ids=None)
+>>> scores, ids = corpus.search(corpus.query_map.align(queries), k=10, caller="search_corpus")
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import faiss
+import numpy as np
+
+from ..arrays import CHUNK_ROWS
+from ..core.validation import check_ids
+from ..errors import (
+    DimensionMismatchError,
+    DuplicateIdError,
+    EmptyIndexError,
+    IdsExhaustedError,
+    InvalidInputError,
+    InvalidParameterError,
+)
+from .device import FaissDevice, faiss_reason
+from .maps import QueryMap
+
+TRAIN_ROWS = 262144  # rows of the first add used to train a corpus index (more for IVF with nlist > 1024)
+ID_LIMIT = 2**63  # ids are int64: the last one is 2**63 - 1
+
+
+class ReadWriteLock:
+    """Many concurrent readers or one writer."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class Corpus:
+    """Aligned images in a FAISS index with ids; ``next_id`` numbers the images added without ids."""
+
+    def __init__(
+        self, index: faiss.Index, query_map: QueryMap, mapping: str, ids: np.ndarray, next_id: int,
+        device: FaissDevice, factory: str,
+    ):
+        self.index = index
+        self.query_map = query_map
+        self.mapping = mapping
+        self.ids = ids  # sorted int64 ids held
+        self.next_id = next_id
+        self.factory = factory
+        self._device = device
+        self._lock = ReadWriteLock()
+
+    @classmethod
+    def create(
+        cls, factory: str, params: str | None, mapping: str, query_map: QueryMap, device: FaissDevice
+    ) -> "Corpus":
+        """An empty corpus of ``factory`` (under an ``IndexIDMap2``) searched with ``params``."""
+        index = faiss.index_factory(query_map.matrix.shape[1], "IDMap2," + factory, faiss.METRIC_INNER_PRODUCT)
+        index = device.to_device(index)
+        apply_params(index, params, factory, device)
+        return cls(index, query_map, mapping, np.empty(0, dtype=np.int64), 0, device, factory)
+
+    @property
+    def size(self) -> int:
+        return int(self.index.ntotal)
+
+    def add(self, x: np.ndarray, ids: Any) -> None:
+        """Align and add raw float32 rows ``x`` with ``ids`` (None: consecutive after the largest id)."""
+        with self._lock.write():
+            new_ids = self._new_ids(ids, len(x))
+            if not self.index.is_trained:
+                self._train(x)
+            for start in range(0, len(x), CHUNK_ROWS):
+                chunk = self.query_map.align(x[start : start + CHUNK_ROWS])
+                with self._device.guard():
+                    self.index.add_with_ids(chunk, new_ids[start : start + CHUNK_ROWS])
+            self.ids = np.union1d(self.ids, new_ids)
+            self.next_id = max(self.next_id, int(new_ids.max()) + 1)
+
+    def search(self, queries: np.ndarray, k: int, caller: str) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``min(k, size)`` aligned rows of aligned ``queries``: ``(scores, ids)``; empty slots -1, -inf."""
+        with self._lock.read():
+            if self.size == 0:
+                raise EmptyIndexError(f"the aligned corpus is empty: call add(img_emb) before {caller}().")
+            scores, ids = self._device.search(self.index, queries, min(k, self.size))
+        scores[ids < 0] = -np.inf
+        return scores, ids
+
+    @contextmanager
+    def saved(self) -> Iterator[tuple[faiss.Index, dict[str, Any], QueryMap]]:
+        """What :meth:`AlignedIndex.save` writes: a CPU index, ``{"mapping", "next_id"}`` and the map;
+        no add runs until the block ends."""
+        with self._lock.read():
+            yield self._device.to_cpu(self.index), {"mapping": self.mapping, "next_id": self.next_id}, self.query_map
+
+    def _new_ids(self, ids: Any, n_rows: int) -> np.ndarray:
+        if ids is None:
+            if self.next_id + n_rows > ID_LIMIT:
+                raise IdsExhaustedError(
+                    f"ids=None numbers new images after the largest id held ({self.next_id - 1}), but int64 ids end "
+                    f"at {ID_LIMIT - 1}; pass ids= explicitly (distinct, non-negative, not in the corpus)."
+                )
+            return np.arange(self.next_id, self.next_id + n_rows, dtype=np.int64)
+        arr = check_ids(ids, n_rows, per="image", duplicate_error=DuplicateIdError)
+        held = np.intersect1d(arr, self.ids)
+        if len(held):
+            raise DuplicateIdError(
+                f"id(s) {held[:5].tolist()} are already in the corpus; pass new ids, or ids=None for consecutive ones."
+            )
+        return arr
+
+    def _train(self, x: np.ndarray) -> None:
+        # FAISS's k-means keeps at most 256 points per centroid (its max_points_per_centroid):
+        # aligning more of a large first add would only cost memory
+        ivf = faiss.try_extract_index_ivf(self.index)
+        limit = max(TRAIN_ROWS, 256 * ivf.nlist) if ivf is not None else TRAIN_ROWS
+        if len(x) > limit:
+            x = x[np.sort(np.random.default_rng(0).choice(len(x), limit, replace=False))]
+        sample = self.query_map.align(x)
+        try:
+            with self._device.guard():
+                self.index.train(sample)
+        except RuntimeError as err:
+            raise InvalidInputError(
+                f"could not train the {self.factory!r} corpus on the first add's {len(x)} image(s) "
+                f"({faiss_reason(err)}); add more images in the first call (IVFn needs at least n, ideally 39·n) "
+                "or use corpus_factory='Flat'."
+            ) from err
+
+
+def apply_params(index: faiss.Index, params: str | None, factory: str, device: FaissDevice) -> None:
+    """Set FAISS search parameters (``"nprobe=16"``) on a corpus index; None keeps FAISS's defaults."""
+    if params is None:
+        return
+    try:
+        device.parameter_space().set_index_parameters(index, params)
+    except RuntimeError as err:
+        raise InvalidParameterError(
+            f"corpus_params={params!r} does not apply to a {factory!r} index "
+            f"({faiss_reason(err)}); e.g. 'nprobe=16' for IVF, 'efSearch=64' for HNSW."
+        ) from err
+
+
+def check_factory(factory: str, dim: int) -> None:
+    """Raise :class:`InvalidParameterError` unless FAISS can build ``factory`` over ``dim``-d vectors."""
+    try:
+        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as err:
+        raise InvalidParameterError(
+            f"corpus_factory={factory!r} cannot index {dim}-d aligned vectors ({faiss_reason(err)}); "
+            "use e.g. 'Flat', 'HNSW32' or 'IVF1024,PQ32' (PQm needs m to divide the dimension)."
+        ) from err
+
+
+def check_raw_index(index: Any, dim: int) -> None:
+    """Raise a typed error unless ``index`` is a non-empty FAISS index of ``dim``-d raw image embeddings."""
+    if not isinstance(index, faiss.Index):
+        raise InvalidParameterError(f"index must be a FAISS index of raw image embeddings, got {type(index).__name__}.")
+    if index.d != dim:
+        raise DimensionMismatchError(
+            f"index holds {index.d}-d vectors but this AlignedIndex aligns {dim}-d image embeddings; "
+            "pass an index of embeddings from the same image model."
+        )
+    if index.ntotal == 0:
+        raise EmptyIndexError("index is empty: add raw image embeddings to it before search_unaligned().")
+
+
+def reconstruct(index: faiss.Index, ids: np.ndarray, vectors: np.ndarray | None) -> np.ndarray:
+    """Stored vectors of ``ids``: rows of ``vectors`` (row i = id i) when given, else the index's own."""
+    if vectors is not None:
+        if ids.max() >= len(vectors):
+            raise InvalidInputError(
+                f"vectors has {len(vectors)} rows but the index returned id {int(ids.max())}; pass vectors indexed by "
+                "the index's ids (row i = the embedding with id i)."
+            )
+        return vectors[ids]
+    try:
+        return index.reconstruct_batch(ids)
+    except RuntimeError as err:
+        raise InvalidParameterError(
+            f"this {type(index).__name__} cannot return its stored vectors ({faiss_reason(err)}); pass vectors= "
+            "(the raw embeddings, row i = id i), call index.make_direct_map() on an IVF index, or use IndexIDMap2."
+        ) from err

@@ -1,0 +1,317 @@
+"""What an AlignedIndex saves and loads, and the checks a loaded index must pass.
+
+Index format 3 (``"index_format"`` in ``params.json``) saves only what the index adds to its LFA
+estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fitted_state``):
+
+``params.json``         ``index_format``; the constructor ``params`` (the ``lfa`` estimator's
+                        parameters or null); ``label_space`` and ``class_names``; ``lfa``:
+                        ``{"params", "state"}`` of the fitted estimator; ``corpus``:
+                        ``{"mapping", "next_id"}`` or null.
+``arrays.safetensors``  ``lfa.<name>``: the estimator's fitted arrays; ``text_embeddings`` (C, d_txt),
+                        ``is_new_class`` (C,), ``added_prototypes`` (prototypes of the classes added
+                        from text since the last fit), ``folded_task`` / ``folded_tt``, the support
+                        set, and the corpus map ``corpus_query_map`` / ``corpus_query_offset``.
+``corpus.faiss``        the aligned corpus (an ``IndexIDMap2``), when there is one.
+
+Formats 1 and 2 (written before ``index_format`` existed) are upgraded on load by :mod:`.legacy`.
+The directory itself (manifest, checksums, atomic replace) is :mod:`lfa_index.persistence`'s.
+Every inconsistency found on load raises :class:`~lfa_index.errors.IndexFormatError` naming the file.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import faiss
+import numpy as np
+
+from .. import persistence
+from ..core import LFA
+from ..errors import IndexFormatError, IndexPathError, IndexVersionError, InvalidParameterError, LFAIndexError
+from . import legacy
+from .classes import ClassTable, class_vectors, group_masks
+from .corpus import ID_LIMIT
+from .labels import LabelSpace
+from .maps import QueryMap, check_lfa, check_mapping, query_maps
+
+INDEX_FORMAT = 3
+KIND = "aligned-index"
+PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE = "params.json", "arrays.safetensors", "corpus.faiss"
+LFA_PREFIX = "lfa."
+_FOLD_RTOL, _FOLD_ATOL = 1e-4, 1e-5
+
+
+@dataclass
+class SavedIndex:
+    """An index as read from disk, checked: what :meth:`AlignedIndex.load` restores."""
+
+    params: dict[str, Any]  # corpus_factory, corpus_params, corpus_mapping, lfa (an LFA or None)
+    lfa: LFA
+    labels: LabelSpace
+    prototypes: np.ndarray
+    intercept: np.ndarray
+    is_new: np.ndarray
+    text_embeddings: np.ndarray
+    maps: dict[str, QueryMap]
+    folded: dict[str, np.ndarray]
+    support_embeddings: np.ndarray
+    support_labels: np.ndarray | None
+    corpus: tuple[faiss.Index, np.ndarray, str, int, QueryMap] | None  # index, sorted ids, mapping, next_id, map
+
+
+# ------------------------------------------------------------------ writing
+def save_index(
+    path: str | Path, *, params: dict[str, Any], lfa: LFA, table: ClassTable, support_embeddings: np.ndarray,
+    support_labels: np.ndarray | None, corpus: tuple[faiss.Index, dict[str, Any], QueryMap] | None,
+) -> Path:
+    """Write an index directory (format :data:`INDEX_FORMAT`) and return its path."""
+    values, lfa_arrays = lfa.fitted_state()
+    n_fitted = len(np.asarray(lfa.prototypes_))
+    arrays = {LFA_PREFIX + name: value for name, value in lfa_arrays.items()}
+    arrays.update(
+        text_embeddings=table.text_embeddings, added_prototypes=table.prototypes[n_fitted:],
+        is_new_class=table.is_new.astype(np.uint8), support_embeddings=support_embeddings,
+    )
+    if support_labels is not None:
+        arrays["support_labels"] = support_labels
+    arrays.update({f"folded_{group.mapping}": group.folded for group in table.groups})
+    indexes, corpus_doc = {}, None
+    if corpus is not None:
+        indexes[CORPUS_FILE], corpus_doc, corpus_map = corpus
+        arrays["corpus_query_map"] = corpus_map.matrix
+        if corpus_map.offset is not None:
+            arrays["corpus_query_offset"] = corpus_map.offset
+    lfa_param = params["lfa"]
+    doc = {
+        "index_format": INDEX_FORMAT,
+        "params": {**params, "lfa": None if lfa_param is None else _jsonable(lfa_param.get_params(deep=False))},
+        **table.labels.to_json(),
+        "lfa": {"params": _jsonable(lfa.get_params(deep=False)), "state": _jsonable(values)},
+        "corpus": corpus_doc,
+    }
+    arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
+    with typed_errors():
+        return persistence.write_index_dir(
+            path, kind=KIND, documents={PARAMS_FILE: doc}, arrays={ARRAYS_FILE: arrays}, faiss_indexes=indexes
+        )
+
+
+# ------------------------------------------------------------------ reading
+def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
+    """Read and check an index directory of any format; ``device`` overrides the LFA's ``device``."""
+    with typed_errors():
+        documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
+    params_file, arrays_file, corpus_file = (part(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
+    with blame(params_file):
+        doc, arr = _upgraded(documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {}), params_file)
+        lfa_params = {**doc["lfa"]["params"], **({} if device is None else {"device": device})}
+        lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
+        lfa = LFA.from_fitted_state(lfa_params, doc["lfa"]["state"], lfa_arrays)
+        params, corpus_doc = _params(doc["params"], device), doc["corpus"]
+    with blame(arrays_file):
+        _check_dtypes(arr)
+        check_lfa(lfa)
+        classes = _classes(arr, lfa)
+        support = _array(arr, "support_embeddings", ndim=None)
+        if support.ndim not in (2, 3) or support.shape[-1] != lfa.n_features_in_ or not len(support):
+            raise ValueError(f"support_embeddings has shape {support.shape}, not (N[, V], {lfa.n_features_in_})")
+        support_labels = None
+        if "support_labels" in arr:
+            support_labels = _array(arr, "support_labels", shape=(len(support),), kind="iu").astype(np.int64)
+            if support_labels.min() < 0 or support_labels.max() >= len(classes["text"]):
+                raise ValueError(f"support_labels must lie in 0..{len(classes['text']) - 1}")
+    with blame(params_file):
+        labels = LabelSpace.from_json(doc, len(classes["text"]))
+    corpus = None
+    if corpus_doc is not None:
+        files = (params_file, arrays_file, corpus_file)
+        corpus = _corpus(corpus_doc, arr, indexes.get(CORPUS_FILE), lfa.n_features_in_, files)
+    return SavedIndex(
+        params, lfa, labels, classes["prototypes"], classes["intercept"], classes["is_new"], classes["text"],
+        classes["maps"], classes["folded"], support, support_labels, corpus,
+    )
+
+
+def corpus_ids(index: faiss.Index) -> np.ndarray:
+    """Sorted int64 ids held by a corpus ``IndexIDMap2``."""
+    return np.sort(faiss.vector_to_array(faiss.downcast_index(index).id_map)).astype(np.int64)
+
+
+# ------------------------------------------------------------------ errors
+def part(path: str | Path, name: str) -> str:
+    """How messages name one file of an index directory (its folder layout is persistence's)."""
+    return f"{name} of the index at {path}"
+
+
+@contextmanager
+def blame(file: str) -> Iterator[None]:
+    """Turn whatever reading ``file``'s contents raises into one :class:`IndexFormatError` naming it."""
+    try:
+        yield
+    except IndexFormatError:
+        raise
+    except (LFAIndexError, KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as err:
+        problem = f"missing {err}" if isinstance(err, KeyError) else str(err) or type(err).__name__
+        raise IndexFormatError(
+            f"{file} has the right checksums but unexpected contents ({problem}); it was not written by "
+            "AlignedIndex.save() or was changed since: re-save the index."
+        ) from err
+
+
+_OURS = {"IndexVersionError": IndexVersionError, "IndexFormatError": IndexFormatError, "IndexPathError": IndexPathError}
+
+
+@contextmanager
+def typed_errors() -> Iterator[None]:
+    """The errors of :mod:`lfa_index.persistence` as the classes of :mod:`lfa_index.errors`.
+
+    (persistence.py still defines its own copies; once it imports them from lfa_index.errors this
+    passes them through unchanged.)
+    """
+    try:
+        yield
+    except LFAIndexError as err:
+        ours = next((_OURS[c.__name__] for c in type(err).__mro__ if c.__name__ in _OURS), None)
+        if ours is None or isinstance(err, ours):
+            raise
+        raise ours(str(err)) from err
+
+
+# ------------------------------------------------------------------ checks
+def _params(saved: dict[str, Any], device: str | None) -> dict[str, Any]:
+    params = {name: saved[name] for name in ("corpus_factory", "corpus_params", "corpus_mapping")}
+    lfa_params = saved["lfa"]
+    if device is not None:
+        lfa_params = {**(lfa_params or {}), "device": device}
+    params["lfa"] = None if lfa_params is None else LFA(**lfa_params)
+    return params
+
+
+def _upgraded(doc: Any, arrays: dict[str, np.ndarray], file: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    version = doc.get("index_format")
+    if version is None:  # formats 1 and 2
+        return legacy.upgrade(doc, arrays)
+    if isinstance(version, bool) or not isinstance(version, int) or version < INDEX_FORMAT:
+        raise ValueError(f"index_format must be an integer from {INDEX_FORMAT}, got {version!r}")
+    if version > INDEX_FORMAT:
+        raise IndexVersionError(
+            f"{file} was written with index format {version}, but this library reads formats up to "
+            f"{INDEX_FORMAT}; upgrade lfa-index to load it."
+        )
+    return doc, arrays
+
+
+def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:
+    """Text, flags, prototypes, biases, maps and checked folded prototypes of every class."""
+    text = _array(arrays, "text_embeddings", ndim=2)
+    if lfa.transform_prototypes(text[:1]).shape[1] != lfa.prototypes_.shape[1]:
+        raise ValueError(f"text_embeddings rows of {text.shape[1]} dimensions do not map to the estimator's space")
+    is_new = _array(arrays, "is_new_class", shape=(len(text),), kind="iub").astype(bool)
+    n_fitted = len(lfa.prototypes_)
+    if n_fitted > len(text) or not is_new[n_fitted:].all():
+        raise ValueError(f"the estimator has {n_fitted} classes for {len(text)} text_embeddings rows")
+    added = _array(arrays, "added_prototypes", shape=(len(text) - n_fitted, lfa.prototypes_.shape[1]))
+    prototypes, intercept = class_vectors(lfa, is_new, added)
+    maps = query_maps(lfa)
+    folded = _check_folded(arrays, maps, prototypes, intercept, is_new)
+    return dict(text=text, is_new=is_new, prototypes=prototypes, intercept=intercept, maps=maps, folded=folded)
+
+
+def _corpus(
+    doc: dict[str, Any], arrays: dict[str, np.ndarray], index: faiss.Index | None, n_features: int,
+    files: tuple[str, str, str],
+) -> tuple[faiss.Index, np.ndarray, str, int, QueryMap]:
+    params_file, arrays_file, corpus_file = files
+    with blame(params_file):
+        mapping, next_id = check_mapping(doc["mapping"]), doc["next_id"]
+    with blame(arrays_file):
+        matrix = _array(arrays, "corpus_query_map", ndim=2)
+        offset = None
+        if "corpus_query_offset" in arrays:
+            offset = _array(arrays, "corpus_query_offset", shape=(matrix.shape[1],))
+        if matrix.shape[0] != n_features:
+            raise ValueError(f"corpus_query_map has {matrix.shape[0]} rows for {n_features}-d images")
+    with blame(corpus_file):
+        index, ids = _corpus_index(index, matrix.shape[1])
+    with blame(params_file):
+        if isinstance(next_id, bool) or not isinstance(next_id, int) or not 0 <= next_id <= ID_LIMIT:
+            raise ValueError(f"corpus next_id must be an integer in 0..2**63, got {next_id!r}")
+        if len(ids) and next_id <= ids[-1]:
+            raise ValueError(f"corpus next_id {next_id} is not above the largest id held ({ids[-1]})")
+    return index, ids, mapping, next_id, QueryMap(matrix, offset)
+
+
+def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:
+    for name, value in arrays.items():
+        if value.dtype.kind not in "biuf":
+            raise ValueError(f"array {name!r} has dtype {value.dtype}, not a number type")
+
+
+def _array(arrays: dict[str, np.ndarray], name: str, *, ndim: int | None = 2, shape: tuple[int, ...] | None = None,
+           kind: str = "f") -> np.ndarray:
+    value = arrays[name]
+    if value.dtype.kind not in kind:
+        raise ValueError(f"array {name!r} has dtype {value.dtype}")
+    wrong = value.shape != shape if shape is not None else (ndim is not None and value.ndim != ndim)
+    if wrong:
+        raise ValueError(f"array {name!r} has shape {value.shape}, expected {shape or f'{ndim} dimensions'}")
+    if kind == "f" and not np.isfinite(value).all():
+        raise ValueError(f"array {name!r} holds NaN or infinite values")
+    return value
+
+
+def _check_folded(
+    arrays: dict[str, np.ndarray], maps: dict[str, QueryMap], prototypes: np.ndarray, intercept: np.ndarray,
+    is_new: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The saved folded prototypes of each group, checked against the ones the maps give."""
+    folded = {}
+    for mapping, mask in group_masks(is_new):
+        expected = maps[mapping].fold(prototypes[mask], intercept[mask])
+        saved = _array(arrays, f"folded_{mapping}", ndim=2)
+        if saved.dtype != np.float32 or saved.shape != expected.shape:
+            raise ValueError(
+                f"array 'folded_{mapping}' is {saved.dtype} of shape {saved.shape}, expected float32 {expected.shape}"
+            )
+        scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+        if not np.allclose(saved, expected, rtol=_FOLD_RTOL, atol=_FOLD_ATOL * scale):
+            raise ValueError(f"array 'folded_{mapping}' does not match the prototypes folded with the saved maps")
+        folded[mapping] = saved
+    return folded
+
+
+def _corpus_index(index: faiss.Index | None, dim: int) -> tuple[faiss.Index, np.ndarray]:
+    if index is None:
+        raise ValueError(f"{CORPUS_FILE} is missing although params.json describes a corpus")
+    downcast = faiss.downcast_index(index)
+    if not hasattr(downcast, "id_map") or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise ValueError(
+            f"the corpus must be an inner-product IndexIDMap2 of {dim}-d vectors, got a {type(downcast).__name__} "
+            f"of {index.d}-d vectors"
+        )
+    ids = corpus_ids(index)
+    if len(ids) != index.ntotal or (len(ids) and ids[0] < 0) or (np.diff(ids) == 0).any():
+        raise ValueError("the corpus ids are not one distinct non-negative id per vector")
+    return index, ids
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    raise InvalidParameterError(
+        f"cannot save a {type(value).__name__} ({value!r}) as JSON; pass plain str/int/float options "
+        "(e.g. device='cuda')."
+    )
+
+

@@ -1,0 +1,161 @@
+"""AlignedIndex as a scikit-learn composite: it owns an LFA estimator (nested parameters, clone,
+cross-validation), scores accuracy, breaks exact ties one way, reads one snapshot per call, and
+numbers corpus images without overflowing int64."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+from test_index import OPTIONS, make_task
+
+from lfa_index import LFA, AlignedIndex, IdsExhaustedError, InvalidParameterError
+
+pytestmark = pytest.mark.usefixtures("single_threaded")
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task(n_classes=10)
+
+
+# ------------------------------------------------------------------ composition
+def test_the_index_fits_a_clone_of_its_estimator(task):
+    support, labels, text, _, _ = task
+    lfa = LFA(**OPTIONS)
+    index = AlignedIndex(lfa=lfa).fit(support, labels, text)
+    assert index.lfa is lfa and index.lfa_ is not lfa and not hasattr(lfa, "W_")
+    assert index.lfa_.get_params() == lfa.get_params()
+    np.testing.assert_array_equal(index.lfa_.W_, LFA(**OPTIONS).fit(support, labels, text).W_)
+
+
+def test_no_estimator_means_the_default_lfa(task):
+    support, labels, text, _, _ = task
+    index = AlignedIndex().fit(support, labels, text)
+    assert index.lfa is None and index.lfa_.get_params() == LFA().get_params()
+
+
+def test_nested_parameters_set_params_and_clone_come_from_scikit_learn():
+    index = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF8,Flat")
+    params = index.get_params()
+    assert params["lfa__beta"] == 0.5 and params["corpus_factory"] == "IVF8,Flat" and params["lfa"] is index.lfa
+    copy = clone(index).set_params(lfa__beta=0.25, corpus_mapping="tt")
+    assert copy.lfa.beta == 0.25 and copy.corpus_mapping == "tt"
+    assert index.lfa.beta == 0.5 and index.corpus_mapping == "task"  # the original is untouched
+    assert "lfa=LFA(beta=0.25" in repr(copy)
+
+
+def test_an_unfitted_index_pickles_for_parallel_model_selection():
+    copy = pickle.loads(pickle.dumps(AlignedIndex(lfa=LFA(**OPTIONS), corpus_mapping="tt")))
+    assert copy.get_params()["lfa__beta"] == 0.5 and copy.corpus_mapping == "tt"
+
+
+def test_lfa_options_given_to_the_index_raise_a_typed_error_saying_how_to_pass_them():
+    with pytest.raises(InvalidParameterError, match=r"AlignedIndex\(lfa=LFA\(steps=100, random_state=0\)\)") as err:
+        AlignedIndex(steps=100, random_state=0)
+    assert isinstance(err.value, TypeError)
+    with pytest.raises(InvalidParameterError, match=r"unknown option\(s\) \['betta'\]"):
+        AlignedIndex(betta=0.5)
+
+
+@pytest.mark.parametrize(
+    "params, name",
+    [({"lfa": "LFA()"}, "lfa"), ({"corpus_params": 16}, "corpus_params"), ({"corpus_factory": None}, "corpus_factory")],
+)
+def test_the_parameter_table_is_checked_at_fit(task, params, name):
+    support, labels, text, _, _ = task
+    with pytest.raises(InvalidParameterError, match=name):
+        AlignedIndex(**params).fit(support, labels, text)
+
+
+# ------------------------------------------------------------------ scikit-learn model selection
+def test_score_is_the_accuracy_of_predict(task):
+    support, labels, text, queries, query_labels = task
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    assert index.score(queries, query_labels) == pytest.approx(np.mean(index.predict(queries) == query_labels))
+
+
+def test_cross_val_score_passes_the_prototypes_as_a_fit_parameter(task):
+    support, labels, text, _, _ = task
+    folds = StratifiedKFold(n_splits=2, shuffle=True, random_state=0)
+    scores = cross_val_score(AlignedIndex(lfa=LFA(**OPTIONS)), support, labels, cv=folds, params={"text_emb": text})
+    expected = [
+        AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[train], labels[train], text).score(support[test], labels[test])
+        for train, test in folds.split(support, labels)
+    ]
+    np.testing.assert_allclose(scores, expected)
+    names = [f"class {i}" for i in range(len(text))]
+    named = cross_val_score(AlignedIndex(lfa=LFA(**OPTIONS)), support, np.array(names)[labels], cv=folds,
+                            params={"text_emb": text, "class_names": names})
+    np.testing.assert_allclose(named, expected)
+
+
+def test_grid_search_tunes_nested_lfa_parameters(task):
+    support, labels, text, _, _ = task
+    search = GridSearchCV(AlignedIndex(lfa=LFA(**OPTIONS)), {"lfa__beta": [0.0, 1.0]}, cv=2)
+    search.fit(support, labels, text_emb=text)
+    assert search.best_params_["lfa__beta"] in (0.0, 1.0) and search.best_estimator_.lfa_.beta_ in (0.0, 1.0)
+
+
+# ------------------------------------------------------------------ exact ties
+def test_predict_and_search_break_exact_ties_alike_at_the_lowest_position(task):
+    support, labels, text, queries, _ = task
+    tied = text.copy()
+    tied[5] = tied[3]  # classes 3 and 5 share one prototype: equal folded vectors, equal scores
+    index = AlignedIndex(lfa=LFA.paper(**OPTIONS)).fit(support, labels, tied)
+    x = np.concatenate([queries, support])
+    scores, top = index.search(x, 3)
+    np.testing.assert_array_equal(index.predict(x), top[:, 0])
+    hit = np.isin(top[:, 0], (3, 5))
+    assert hit.any() and (top[hit, 0] == 3).all() and (top[hit, 1] == 5).all()
+    np.testing.assert_array_equal(scores[hit, 0], scores[hit, 1])
+    # three equal classes added from text: ties within the W_tt group, across two groups
+    index.add_classes(np.repeat(tied[7:8], 3, axis=0))
+    scores, top = index.search(x, len(index.classes_))
+    np.testing.assert_array_equal(index.predict(x), top[:, 0])
+    np.testing.assert_array_equal(index.predict(x, reject_below=-1.0), top[:, 0])
+    for row in top:
+        added = [position for position in row if position >= 10]
+        assert added == [10, 11, 12]
+
+
+# ------------------------------------------------------------------ snapshots
+def test_aligned_prototypes_reads_one_snapshot_while_classes_are_added(task):
+    support, labels, text, _, _ = task
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    stop, errors = threading.Event(), []
+
+    def add_classes():
+        try:
+            for _ in range(30):
+                index.add_classes(text[:2])
+        except Exception as err:  # surfaced below
+            errors.append(err)
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=add_classes)
+    thread.start()
+    while not stop.is_set():
+        exported = index.aligned_prototypes()
+        assert (np.abs(exported).sum(axis=1) > 0).all()  # every row is a folded class, none left empty
+    thread.join()
+    assert not errors and index.aligned_prototypes().shape[0] == len(text) + 60
+
+
+# ------------------------------------------------------------------ corpus ids
+def test_default_ids_after_the_last_int64_id_raise_a_typed_error(task, tmp_path):
+    support, labels, text, queries, _ = task
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(queries[:2], ids=[7, 2**63 - 1])
+    with pytest.raises(IdsExhaustedError, match="pass ids= explicitly"):
+        index.add(queries[2:4])
+    index.add(queries[2:4], ids=[8, 9])
+    assert index.corpus_size_ == 4
+    loaded = AlignedIndex.load(index.save(tmp_path / "ix"))
+    with pytest.raises(IdsExhaustedError):
+        loaded.add(queries[4:5])
+    assert sorted(loaded.search_corpus(queries[:4], 4)[1][0]) == [7, 8, 9, 2**63 - 1]
