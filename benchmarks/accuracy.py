@@ -111,11 +111,13 @@ PROTOCOL = {
            "{1e-4..100} by stratified K-fold on the support (alpha=%g at 1 shot); other sets: GDA alone"
            % GDA_ALPHA_ONE_SHOT,
     "tip_adapter": "training-free cache exp(-beta(1-cos)) @ one-hot, alpha=%g, beta=%g (paper defaults, no "
-                   "search); + 100*cos zero-shot logits on same-model sets, cache alone otherwise" % (TIP_ALPHA, TIP_BETA),
+                   "search); + 100*cos zero-shot logits on same-model sets, cache alone otherwise"
+                   % (TIP_ALPHA, TIP_BETA),
     "tip_adapter_cv": "same, alpha in %s (same-model sets; alpha=1 otherwise) and beta in %s by stratified K-fold on "
                       "the support (K = min(5, smallest class count); ties: first in grid order); defaults at 1 shot"
                       % (list(TIP_ALPHAS), list(TIP_BETAS)),
-    "beta_procrustes": "the paper's projection (wider side down) + orthogonal Procrustes + beta by LFA's CV, no refinement",
+    "beta_procrustes": "the paper's projection (wider side down) + orthogonal Procrustes + beta by LFA's CV, "
+                       "no refinement",
     "lfa_paper": "LFA.paper(random_state=seed): beta='auto', steps='auto', projection='shrink', every option off "
                  "(the paper's algorithm; with every option off the default's code path is this fit bit for bit, "
                  "tests/test_selection.py)",
@@ -142,15 +144,16 @@ def core_fingerprint() -> dict[str, Any]:
             return None
 
     dirty = git("status", "--porcelain", "--", "lfa_index")
-    return {"git_head": git("rev-parse", "HEAD"), "lfa_index_locally_modified": bool(dirty) if dirty is not None else None,
-            "core_sha256": digest}
+    modified = bool(dirty) if dirty is not None else None
+    return {"git_head": git("rev-parse", "HEAD"), "lfa_index_locally_modified": modified, "core_sha256": digest}
 
 
 # ---------------------------------------------------------------------------- one run
 def _run_method(name: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any]]:
     """Eval predictions of one method and what it chose (β, C, α, steps, options ...)."""
     if name in LFA_METHODS:
-        model = {"lfa_paper": LFA.paper(random_state=task.seed), "lfa_paper200": LFA.paper(steps=200, random_state=task.seed),
+        model = {"lfa_paper": LFA.paper(random_state=task.seed),
+                 "lfa_paper200": LFA.paper(steps=200, random_state=task.seed),
                  "lfa": LFA(random_state=task.seed)}[name]
         start = time.perf_counter()
         model.fit(task.X, task.y, task.prototypes)
@@ -160,7 +163,7 @@ def _run_method(name: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any
             "steps": model.steps_,
             "fit_seconds": fit_seconds,
             "beta_cv_best": float(np.max(model.beta_scores_)) if model.beta_scores_ is not None else None,
-            "step_trials": [[int(s), float(a), float(l)] for s, a, l in (model.step_trials_ or [])],
+            "step_trials": [[int(s), float(a), float(loss)] for s, a, loss in (model.step_trials_ or [])],
             "hubness_init": float(model.hubness_init_),
             "hubness": float(model.hubness_),
             "projection": model.projection_kind_,
@@ -320,7 +323,8 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Seeds {meta['seeds']}; mean ± std over seeds. Runtime {meta.get('runtime_s', 0) / 60:.1f} min "
         f"on {meta['threads']} CPU thread(s). Raw numbers: `{meta['json_name']}`. "
         f"LFA core: git {str(meta['core']['git_head'])[:10]}"
-        f"{' + local edits' if meta['core']['lfa_index_locally_modified'] else ''}, core sha256 {meta['core']['core_sha256']}.",
+        f"{' + local edits' if meta['core']['lfa_index_locally_modified'] else ''}, "
+        f"core sha256 {meta['core']['core_sha256']}.",
         "",
         "Sets: " + "; ".join(f"**{s}**: {meta['sets'][s]['description']}" for s in sets) + ".",
         "",

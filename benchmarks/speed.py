@@ -110,7 +110,8 @@ def main() -> None:
         sweep.append((1000, 16, 5, 512))
     rows = []
     print(f"device={device}  torch threads={torch.get_num_threads()}  steps={args.steps}")
-    print(f"{'C':>5} {'shots':>5} {'views':>5} {'d':>5} {'precision':>10} {'graph':>5} | {'beta+proc s':>11} {'refine s':>9} {'total s':>8} {'ms/step':>8} | {'LFA.fit s':>9}")
+    print(f"{'C':>5} {'shots':>5} {'views':>5} {'d':>5} {'precision':>10} {'graph':>5} | "
+          f"{'beta+proc s':>11} {'refine s':>9} {'total s':>8} {'ms/step':>8} | {'LFA.fit s':>9}")
     for c, shots, views, d in sweep:
         for precision, graph in modes:
             ph = time_phases(c, shots, views, d, args.steps, device, precision, cuda_graph=graph)
@@ -120,12 +121,14 @@ def main() -> None:
                        cuda_graph=device.type == "cuda" and not eager, steps=args.steps, **ph,
                        ms_per_step=1000 * ph["refine_s"] / args.steps, lfa_fit_s=fit_s)
             rows.append(row)
-            print(f"{c:>5} {shots:>5} {views:>5} {d:>5} {precision:>10} {str(row['cuda_graph'])[0]:>5} | {ph['beta_cv_and_procrustes_s']:>11.3f} "
+            print(f"{c:>5} {shots:>5} {views:>5} {d:>5} {precision:>10} {str(row['cuda_graph'])[0]:>5} | "
+                  f"{ph['beta_cv_and_procrustes_s']:>11.3f} "
                   f"{ph['refine_s']:>9.3f} {ph['total_s']:>8.3f} {row['ms_per_step']:>8.2f} | "
                   f"{fit_s if fit_s is not None else float('nan'):>9.3f}")
     meta = dict(
         device=str(device),
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        device_name=(torch.cuda.get_device_name(device) if device.type == "cuda"
+                     else platform.processor() or platform.machine()),
         cpu_threads=torch.get_num_threads(), torch=torch.__version__,
     )
     out = Path(args.out) if args.out else RESULTS / f"speed_{device.type}.json"

@@ -78,7 +78,8 @@ def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, 
     assert lfa.projection_side_ == side and lfa.projection_kind_ == "shrink"
     assert lfa.projection_.shape == (min(image_dim, text_dim), max(image_dim, text_dim))
     assert lfa.W_.shape == (min(image_dim, text_dim),) * 2
-    np.testing.assert_array_equal(lfa.projection_, random_projection_matrix(max(image_dim, text_dim), min(image_dim, text_dim), 11))
+    expected = random_projection_matrix(max(image_dim, text_dim), min(image_dim, text_dim), 11)
+    np.testing.assert_array_equal(lfa.projection_, expected)
     assert lfa.predict(xt).shape == (len(xt),)
 
 
