@@ -17,7 +17,12 @@ Example
 
 from __future__ import annotations
 
-from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+try:  # scikit-learn's NotFittedError, where it is installed (a serving-only environment may lack it)
+    from sklearn.exceptions import NotFittedError as _SklearnNotFittedError
+except ImportError:  # pragma: no cover - exercised by the torch-free serving test
+
+    class _SklearnNotFittedError(ValueError, AttributeError):  # type: ignore[no-redef]
+        """Stand-in with scikit-learn's bases."""
 
 
 class LFAIndexError(Exception):
@@ -31,6 +36,10 @@ class InvalidInputError(LFAIndexError, ValueError):
 
 class InvalidParameterError(LFAIndexError, ValueError, TypeError):
     """A constructor or method parameter has a wrong type or value."""
+
+
+class InputTypeError(InvalidInputError, TypeError):
+    """An input array holds values of a type that is not a number (e.g. strings or dicts in an object array)."""
 
 
 class NonFiniteError(InvalidInputError):
@@ -83,8 +92,16 @@ class IndexVersionError(IndexFormatError):
     """An index was written by a newer on-disk format than this library reads."""
 
 
+class IndexNotFoundError(IndexFormatError, FileNotFoundError):
+    """Nothing is at the path given to :meth:`AlignedIndex.load` (and no moved-aside index to recover)."""
+
+
 class IndexPathError(LFAIndexError, FileExistsError):
-    """The save target exists and is not an lfa-index (a file, or a non-empty foreign directory)."""
+    """The save target is not a place for an index: a file, or a directory holding foreign files."""
+
+
+class IndexPermissionError(LFAIndexError, PermissionError):
+    """The save target cannot be written: no permission, or a read-only file system."""
 
 
 # ------------------------------------------------------------------ vector stores and batch jobs
@@ -121,6 +138,10 @@ class UnreadableImageError(InvalidInputError):
     """An image could not be read or decoded (raised with ``strict=True``)."""
 
 
+class MissingFileError(LFAIndexError, FileNotFoundError):
+    """An input file (embeddings, labels, class names, texts) does not exist."""
+
+
 class FileFormatError(InvalidInputError):
     """An embeddings file has an unknown extension, lacks a key/column, or holds the wrong type."""
 
@@ -145,3 +166,12 @@ class SkippedInputWarning(UserWarning):
 
 class RandomWeightsWarning(UserWarning):
     """A vision backbone was named without a checkpoint, so it keeps random weights."""
+
+
+# ------------------------------------------------------------------ store URIs
+class StoreURIError(InvalidParameterError):
+    """A store URI (``SCHEME:LOCATION#COLLECTION``) is malformed or names an unknown scheme."""
+
+
+class CollectionNotFoundError(InvalidParameterError):
+    """A store's collection (table, FAISS store directory) does not exist and no ``dim`` was given to create it."""

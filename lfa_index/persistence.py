@@ -43,7 +43,14 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from .core.errors import LFAIndexError
+from .errors import (  # IndexFormatError & co.: also importable from here, as before
+    IndexFormatError,
+    IndexNotFoundError,
+    IndexPathError,
+    IndexPermissionError,
+    IndexVersionError,
+    LFAIndexError,
+)
 
 try:
     import fcntl
@@ -61,22 +68,6 @@ _DATA_DIR = re.compile(r"data-[a-z0-9_]{8}")  # tempfile.mkdtemp(prefix="data-")
 _MANIFEST_TMP = re.compile(r"\.manifest\.json\.[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp beside the manifest
 _READ_ATTEMPTS = 4  # lock-free reads before a reader takes the shared lock
 _UNLOCKED_GRACE_S = 3600.0  # without file locks, a younger stray data folder may be another save's
-
-
-class IndexFormatError(LFAIndexError, ValueError):
-    """A directory is not a readable lfa-index: missing, foreign, corrupted or truncated."""
-
-
-class IndexVersionError(IndexFormatError):
-    """An index was written by a newer on-disk format than this library reads."""
-
-
-class IndexPathError(LFAIndexError, FileExistsError):
-    """The save target is not a place for an index: a file, or a directory holding foreign files."""
-
-
-class IndexPermissionError(LFAIndexError, PermissionError):
-    """The save target cannot be written: no permission, or a read-only file system."""
 
 
 # --------------------------------------------------------------------------------------- writing
@@ -427,8 +418,10 @@ def read_index_dir(
     """
     given = Path(path)
     root = given if given.exists() else (_restore_moved_index(given) or given)
+    if not root.exists():
+        raise IndexNotFoundError(f"no index directory at {given}; pass the directory given to save().")
     if not root.is_dir():
-        raise IndexFormatError(f"no index directory at {given}; pass the directory given to save().")
+        raise IndexFormatError(f"{given} is a file, not an index directory; pass the directory given to save().")
     for _ in range(_READ_ATTEMPTS):
         try:
             return _read_once(root, kind)

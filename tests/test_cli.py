@@ -20,7 +20,7 @@ from lfa_index.adapters.base import BaseSource
 from lfa_index.adapters.images import embed_image_items
 from lfa_index.cli import inputs as cli_inputs
 
-COMMANDS = ("fit", "predict", "search", "eval", "report", "demo")
+COMMANDS = ("fit", "predict", "classify", "search", "eval", "report", "demo")
 N_CLASSES, DIM = 5, 16
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]

@@ -247,7 +247,7 @@ class OpenCLIPSource(BaseSource):
     def _load(self) -> None:
         open_clip = import_extra("open_clip", extra="clip", package="open_clip_torch")
         torch = import_extra("torch", extra="clip")
-        from ..core.validation import resolve_device
+        from ..core.device import resolve_device
 
         given = self._given_model()
         if given is not None:

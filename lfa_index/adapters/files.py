@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..arrays import l2_normalize
-from ..core.validation import as_float_tensor
-from ..errors import FileFormatError, LFAIndexError, ShapeError
+from ..core.validation import check_array
+from ..errors import FileFormatError, LFAIndexError, MissingFileError, ShapeError
 from ..extras import import_extra
 
 EMBEDDING_KEYS = ("embeddings", "embedding", "features", "X", "x")
@@ -93,7 +93,8 @@ def load_embeddings(
             f"Unknown embeddings file type {path.suffix!r} ({path.name}); supported: {', '.join(sorted(SUFFIXES))}."
         )
     if not path.is_file():
-        raise FileNotFoundError(f"No embeddings file at {path}.")
+        what = "a folder, not a file" if path.is_dir() else "missing"
+        raise MissingFileError(f"No embeddings file at {path} ({what}); check the path.")
     try:
         if kind == "numpy":
             embeddings, labels = _read_npy(path, embeddings_key, labels_key), None
@@ -121,7 +122,7 @@ def _checked(
         raise FileFormatError(f"The embeddings in {path.name} have dtype {arr.dtype}; expected numbers.")
     if not arr.flags.writeable:  # Arrow buffers are read-only; torch warns on those
         arr = arr.copy()
-    x = as_float_tensor(arr, name=f"embeddings in {path.name}", ndims=(2, 3)).numpy()
+    x = check_array(arr, name=f"embeddings in {path.name}", ndims=(2, 3))
     if labels is not None:
         labels = np.asarray(labels)
         if labels.ndim != 1 or labels.shape[0] != x.shape[0]:

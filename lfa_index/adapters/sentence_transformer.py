@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.validation import resolve_device
+from ..core.device import resolve_device
 from ..errors import InvalidParameterError, ModelUnavailableError, TruncationWarning
 from ..extras import import_extra
 from .base import BaseSource, hf_offline

@@ -9,7 +9,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.validation import check_choice, resolve_device
+from ..core.device import resolve_device
+from ..core.validation import check_choice
 from ..errors import ModelUnavailableError
 from ..extras import import_extra
 from .base import BaseSource

@@ -1,14 +1,16 @@
 """The inputs of a command, from its options: support, eval, pool or query rows, embedded; classes.
 
 A role (support set, eval set, pool, queries) is given one way: an embeddings file, images or
-texts. Raw texts and images are embedded by the encoder that ``--model`` names.
+texts (or, for the support set, rows of a vector store). Raw texts and images are embedded by
+the encoder that ``--model`` names. Stores are named by URI (:func:`lfa_index.stores.open_store`).
 """
 
 from __future__ import annotations
 
 import argparse
 import warnings
-from pathlib import Path
+from contextlib import contextmanager
+from typing import Iterator
 
 import numpy as np
 
@@ -23,6 +25,8 @@ from lfa_index.adapters import (
     make_encoder,
     prompt_ensemble,
 )
+from lfa_index.errors import IndexNotFoundError
+from lfa_index.stores import FaissStore, VectorStore, open_store, support_from_store
 
 from .console import PROG, Console, one_line
 from .errors import CLIError
@@ -146,7 +150,35 @@ def class_prototypes(
 
 
 def load_index(path: str, device: str) -> AlignedIndex:
-    """The index saved at ``path``, or a :class:`CLIError` saying how to create one."""
-    if not Path(path).exists():
-        raise CLIError(f"no index at {path}; create one with `{PROG} fit ... -o {path}`.")
-    return AlignedIndex.load(path, device=None if device == "auto" else device)
+    """The index saved at ``path`` (one that a crashed save moved aside is recovered), or a
+    :class:`CLIError` saying how to create one."""
+    try:
+        return AlignedIndex.load(path, device=None if device == "auto" else device)
+    except IndexNotFoundError as err:
+        raise CLIError(f"no index at {path}; create one with `{PROG} fit ... -o {path}`.") from err
+
+
+@contextmanager
+def opened_store(uri: str) -> Iterator[VectorStore]:
+    """The store ``uri`` names (``SCHEME:LOCATION#COLLECTION``), an existing one only; closed at the end."""
+    store = open_store(uri)
+    try:
+        yield store
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def save_store(store: VectorStore) -> None:
+    """Write a FAISS store back to its directory (the engines' stores commit every write themselves)."""
+    if isinstance(store, FaissStore) and store.path is not None:
+        store.save()
+
+
+def store_support(uri: str, label_field: str, console: Console) -> Items:
+    """Labelled support rows of a store: its vectors, and the values of ``label_field`` as labels."""
+    with opened_store(uri) as store:
+        embeddings, labels = support_from_store(store, label_field=label_field)
+        console.note(f"read {len(embeddings)} labelled rows from {store.location}")
+    return Items(ids=[str(i) for i in range(len(embeddings))], labels=labels, embeddings=embeddings)

@@ -18,6 +18,7 @@ import numpy as np
 from lfa_index import LFAIndexError
 from lfa_index.adapters import load_embeddings
 from lfa_index.adapters.files import decoding_errors, describe_error
+from lfa_index.errors import MissingFileError
 
 from .errors import CLIError
 
@@ -55,6 +56,10 @@ def reading(path: str | Path, what: str) -> Iterator[None]:
         ) from err
     except (csv.Error, *decoding_errors()) as err:
         raise CLIError(f"{path} could not be read as {what} ({describe_error(err)}); fix or replace the file.") from err
+    except FileNotFoundError as err:
+        raise MissingFileError(f"no {what} file at {path}; check the path.") from err
+    except OSError as err:  # a folder, no permission...
+        raise CLIError(f"{path} cannot be read as {what} ({err.strerror or err}); pass a readable file.") from err
 
 
 def read_labels(path: str) -> np.ndarray:

@@ -1,4 +1,10 @@
-"""``lfa-index search``: top-k classes, or nearest corpus items, of item or prompt queries."""
+"""``lfa-index search``: top-k classes, or nearest corpus items, of item or prompt queries.
+
+Prompt queries (``--prompt``/``--prompt-file`` embedded by ``--text-model``, or
+``--prompt-embeddings FILE``) search the index's aligned corpus, or with ``--store URI`` an
+existing collection of raw (unaligned) embeddings: each query is mapped back to the raw space,
+``k · overfetch`` candidates are fetched and re-ranked exactly (:func:`lfa_index.stores.search_unaligned`).
+"""
 
 from __future__ import annotations
 
@@ -7,30 +13,43 @@ import argparse
 import numpy as np
 
 from lfa_index import AlignedIndex
-from lfa_index.adapters import load_embeddings, prompt_ensemble
+from lfa_index.adapters import ENCODER_FORMS, load_embeddings, prompt_ensemble
+from lfa_index.stores import search_unaligned
 
 from .console import Console
 from .errors import CLIError
-from .inputs import encoder_from_args, load_index, query_items
-from .options import add_command, add_query_args, positive_int
+from .inputs import encoder_from_args, load_index, opened_store, query_items
+from .options import STORE_URI_FORMS, add_command, add_query_args, positive_int
 from .output import csv_text, label_name, write_output
-from .readers import read_texts
+from .readers import EMBEDDING_FILES, read_texts
+
+DEFAULT_OVERFETCH = 10
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Add the ``search`` sub-command to ``commands``."""
-    p = add_command(commands, "search",
+    p = add_command(commands, "search", epilog=f"{ENCODER_FORMS}\n{STORE_URI_FORMS}",
                     help="top-k classes, or nearest corpus items, of queries",
                     description="Search a saved index. Item queries (--queries/--images/--texts/--text) find their "
                                 "top-k\nclasses (--target classes) or their nearest items in the aligned corpus "
-                                "(--target corpus);\n--prompt queries (embedded like class names) find corpus items.")
+                                "(--target corpus);\nprompt queries (embedded like class names) find corpus items, "
+                                "or, with --store URI, items of\nan existing collection of raw embeddings (mapped "
+                                "back, k x overfetch candidates re-ranked exactly).")
     p.add_argument("index", metavar="INDEX", help="directory written by `lfa-index fit`")
     add_query_args(p, text_model=True)
     p.add_argument("--prompt", action="append", metavar="TEXT", help="text query on the class-name side (repeatable)")
     p.add_argument("--prompt-file", metavar="FILE",
                    help="text queries on the class-name side (.txt one per line, or CSV)")
+    p.add_argument("--prompt-embeddings", metavar="FILE",
+                   help=f"queries already embedded on the class-name side ({EMBEDDING_FILES}); ids = row numbers")
     p.add_argument("--corpus", metavar="FILE",
                    help="embeddings to search (added to the index in memory; ids = row numbers)")
+    p.add_argument("--store", metavar="URI",
+                   help="search this vector store of raw embeddings instead (store URI, see below; nothing is "
+                        "re-indexed)")
+    p.add_argument("--overfetch", default=DEFAULT_OVERFETCH,
+                   help=f"with --store: candidates fetched per result before the exact re-rank (default "
+                        f"{DEFAULT_OVERFETCH}; recall grows with it)")
     p.add_argument("--target", choices=("classes", "corpus"),
                    help="what item queries search (default classes, corpus with --corpus)")
     p.add_argument("-k", default=5, help="results per query (default 5)")
@@ -42,33 +61,46 @@ def run(args: argparse.Namespace, console: Console) -> int:
     """Write the top-k classes or corpus items of each query as CSV."""
     index = load_index(args.index, args.device)
     k = positive_int(args.k, "-k")
+    overfetch = positive_int(args.overfetch, "--overfetch")
+    if args.store and (args.corpus or args.target):
+        raise CLIError("--store searches the store's rows: drop --corpus and --target.")
     if args.corpus:
         _add_corpus(index, args.corpus, console)
     prompts = list(args.prompt or [])
     if args.prompt_file:
         prompts += read_texts(args.prompt_file, text_column=args.text_column, label_column=None,
                               need_labels=False).texts
+    if prompts and args.prompt_embeddings:
+        raise CLIError("give prompt queries one way: --prompt/--prompt-file or --prompt-embeddings, not both.")
+    has_prompts = bool(prompts or args.prompt_embeddings)
     items = query_items(args, console)
-    if prompts and items is not None:
+    if has_prompts and items is not None:
         raise CLIError("give either item queries (--queries/--images/--texts/--text) or --prompt queries, not both.")
-    if not prompts and items is None:
+    if args.store and items is not None:
         raise CLIError(
-            "give queries: --queries FILE, --images PATH..., --texts FILE, --text TEXT... or --prompt TEXT..."
+            "--store is searched by prompt queries: --prompt/--prompt-file with --text-model, or --prompt-embeddings "
+            "FILE (queries on the class-name side)."
         )
-    target = args.target or ("corpus" if prompts or args.corpus else "classes")
-    if target == "corpus" and index.corpus_size_ == 0:
+    if not has_prompts and items is None:
         raise CLIError(
-            f"{args.index} has no aligned corpus: pass --corpus FILE (embeddings to search) or fit with --corpus."
+            "give queries: --queries FILE, --images PATH..., --texts FILE, --text TEXT..., --prompt TEXT... or "
+            "--prompt-embeddings FILE"
         )
-    if prompts:
-        if target != "corpus":
-            raise CLIError("--prompt queries search the aligned corpus; drop --target classes.")
-        encoder = encoder_from_args(args, console, args.text_model)
-        if encoder is None:
-            raise CLIError("--prompt needs --text-model SPEC (the model that embedded the class names).")
-        queries = prompt_ensemble(prompts, encoder.embed_texts, tuple(args.template) if args.template else ("{}",))
-        scores, ids = index.search_text(queries, k=k)
-        query_ids = prompts
+    target = args.target or ("corpus" if has_prompts or args.corpus else "classes")
+    if has_prompts and target != "corpus":
+        raise CLIError("--prompt queries search the aligned corpus; drop --target classes.")
+    if target == "corpus" and not args.store and index.corpus_size_ == 0:
+        raise CLIError(
+            f"{args.index} has no aligned corpus: pass --corpus FILE (embeddings to search), --store URI (a vector "
+            "store of raw embeddings) or fit with --corpus."
+        )
+    if has_prompts:
+        query_ids, queries = _prompt_queries(args, prompts, console)
+        if args.store:
+            with opened_store(args.store) as store:
+                scores, ids = search_unaligned(index, store, queries, k=k, overfetch=overfetch)
+        else:
+            scores, ids = index.search_text(queries, k=k)
     elif target == "corpus":
         scores, ids = index.search_corpus(items.embeddings, k=k)
         query_ids = items.ids
@@ -82,6 +114,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
             for i, q in enumerate(query_ids) for r in range(ids.shape[1]) if ids[i, r] >= 0]
     write_output(csv_text(["query", "rank", "id", "score"], rows), args.output, console)
     return 0
+
+
+def _prompt_queries(args: argparse.Namespace, prompts: list[str], console: Console) -> tuple[list[str], np.ndarray]:
+    """``(query ids, class-name-side embeddings)``: the prompts embedded by --text-model, or --prompt-embeddings."""
+    if args.prompt_embeddings:
+        queries, _ = load_embeddings(args.prompt_embeddings)
+        return [str(i) for i in range(len(queries))], queries
+    encoder = encoder_from_args(args, console, args.text_model)
+    if encoder is None:
+        raise CLIError("--prompt needs --text-model SPEC (the model that embedded the class names).")
+    templates = tuple(args.template) if args.template else ("{}",)
+    return prompts, prompt_ensemble(prompts, encoder.embed_texts, templates)
 
 
 def _add_corpus(index: AlignedIndex, path: str, console: Console) -> None:

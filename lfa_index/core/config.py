@@ -1,4 +1,4 @@
-"""The refinement's settings (paper section 4.3 and appendix), each default stated once.
+"""The refinement's settings (paper section 4.3 and appendix) and the option grids, each stated once.
 
 :class:`~lfa_index.core.estimator.LFA` takes them as constructor parameters (scikit-learn style)
 and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.refine.refine`.
@@ -7,6 +7,13 @@ and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.refine.refi
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+MIX_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Prototype mixes λ the default chooses from (0: the paper's text prototypes)."""
+CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
+"""Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
+SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
+"""The support side of a hybrid prototype (see :mod:`~lfa_index.core.prototypes`)."""
 
 
 @dataclass(frozen=True)

@@ -3,53 +3,39 @@
 Supervised (paper section 4.4, "Supervised Alignment"), unsupervised (U-LFA, Sinkhorn pseudo-
 assignments alternated with refinement), base-to-new (a second map W_tt, paper eq. 9) and
 disjoint encoders (a seeded projection when the dimensions differ). The fitting itself lives in
-module-level solvers (:mod:`~lfa_index.core.supervised`, :mod:`~lfa_index.core.unsupervised`);
-this class holds the parameters, runs one of them and serves the fitted classifier.
+module-level solvers (:mod:`~lfa_index.core.supervised`, :mod:`~lfa_index.core.unsupervised`,
+torch, imported when a fit runs); the query side is numpy (:mod:`~lfa_index.core.serving`).
 
 Beyond the paper, chosen on the support set alone within a fixed budget (see
 :mod:`~lfa_index.core.selection`): hybrid prototypes (:mod:`~lfa_index.core.prototypes`), the
 average of the two maps, the step count, a zero-shot guard on β and a map for new classes chosen
 for unseen classes (:mod:`~lfa_index.core.beta`). Centring and prototypes trained with W are
 available as options. :meth:`LFA.paper` is the paper's algorithm with every option off.
-
-The classifier is always a nearest-vector search: a query ``x`` is mapped to
-``z = (normalize(proj(normalize(x))) − μ) W`` and class c scores ``z·q_c + b_c``, where ``q_c``
-are ``prototypes_``, ``b_c`` ``intercept_`` and μ ``feature_mean_`` (zero without centring, and b
-is zero unless the discriminant mix is on). ``decision_function`` reports ``(z·q_c + b_c)/||z||``,
-the aligned cosine when ``b = 0``.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Literal
+import warnings
+from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
-from tqdm.auto import tqdm
 
-from .beta import identity_is_informative
-from .config import RefineConfig
-from .errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
-from .projection import isometric_embedding_matrix, project, random_projection_matrix
-from .prototypes import SUPPORT_KINDS
-from .selection import MAPPINGS, MIX_GRID, Candidate, Variant
-from .supervised import Asked, SupervisedFit, Warm, fit_supervised
-from .unsupervised import fit_unsupervised
-from .validation import (
-    check_choice,
-    check_embeddings,
-    check_labels,
-    check_number,
-    resolve_device,
+from ..compat import BaseEstimator, ClassifierMixin, TransformerMixin
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    LabelError,
+    MissingExtraError,
+    ShapeError,
 )
+from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
+from .projection import isometric_embedding_matrix, random_projection_matrix
+from .serving import AlignedClassifierMixin
+from .validation import check_choice, check_embeddings, check_number
 
-Mapping = Literal["task", "tt", "average"]
-_CHUNK = 65536
 _DEFAULT = RefineConfig()
 PROJECTIONS = ("auto", "widen", "shrink", False)
 PAPER_OPTIONS: dict[str, Any] = dict(
@@ -59,7 +45,7 @@ PAPER_OPTIONS: dict[str, Any] = dict(
 """The options of :meth:`LFA.paper`: the paper's algorithm, every option beyond it off."""
 
 
-class LFA(ClassifierMixin, BaseEstimator):
+class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimator):
     """Linear Feature Alignment of image embeddings to class prototypes (Ouali et al., ICCV 2023).
 
     Parameters
@@ -170,13 +156,17 @@ class LFA(ClassifierMixin, BaseEstimator):
     loss_curve_ : list[float]           ARerank loss per refinement step (last round for U-LFA).
     hubness_init_, hubness_ : float     support hubness after β-Procrustes and after refinement.
     assignments_ : ndarray (N, C)       U-LFA soft assignments (None when supervised).
-    classes_ : ndarray (C,)             0..C-1.  n_features_in_ : image dimension.
+    heldout_scores_ : ndarray (N,) or None   each support row's best score under a model fitted
+                                        without it (cross-fitted; calibrates rejection thresholds).
+    classes_ : ndarray (C,)             the class labels, in prototype-row order.
+    n_features_in_ : int                image dimension.
 
     Example
     -------
     >>> lfa = LFA(random_state=0).fit(X, y, prototypes)
     >>> lfa.predict(X_test), lfa.score(X_test, y_test)
     >>> LFA.paper(random_state=0).fit(X, y, prototypes)   # the paper's algorithm, options off
+    >>> LFA(random_state=0).fit(X, ["cat", "dog", ...])     # no text: class means as prototypes
     """
 
     def __init__(
@@ -240,6 +230,11 @@ class LFA(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]  # aligned embeddings are float32, as FAISS takes them
+        return tags
+
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
         """LFA exactly as the paper runs it: every option off, the wider side projected down.
@@ -264,7 +259,7 @@ class LFA(ClassifierMixin, BaseEstimator):
         check_choice(self.support_prototypes, "support_prototypes", SUPPORT_KINDS)
         check_choice(self.refine_prototypes, "refine_prototypes", ["auto", True, False])
         check_choice(self.center, "center", ["auto", True, False])
-        check_choice(self.mapping, "mapping", ("auto",) + MAPPINGS)
+        check_choice(self.mapping, "mapping", ("auto",) + CLASS_MAPPINGS)
         check_choice(self.keep_zero_shot, "keep_zero_shot", [True, False])
         check_choice(self.new_class_map, "new_class_map", ["auto", "ema"])
         check_number(self.k, "k", low=1, integer=True)
@@ -293,7 +288,7 @@ class LFA(ClassifierMixin, BaseEstimator):
             batch_fraction=self.batch_fraction, precision=self.precision,
         )
 
-    def _asked(self) -> Asked:
+    def _asked(self) -> Any:
         """The options as asked for, with those that need an affine query side checked."""
         affine = self._affine_queries()
         mix = self.prototype_mix
@@ -307,11 +302,13 @@ class LFA(ClassifierMixin, BaseEstimator):
             mixes = MIX_GRID if affine or self.support_prototypes == "mean" else (0.0,)
         else:
             mixes = (float(mix),)
+        from .supervised import Asked
+
         return Asked(
             beta=None if self.beta == "auto" else float(self.beta),
             steps=None if self.steps == "auto" else int(self.steps),
             mixes=tuple(mixes),
-            mappings=MAPPINGS if self.mapping == "auto" else (self.mapping,),
+            mappings=CLASS_MAPPINGS if self.mapping == "auto" else (self.mapping,),
             centers=((False, True) if affine else (False,)) if self.center == "auto" else (bool(self.center),),
             refines=(False, True) if self.refine_prototypes == "auto" else (bool(self.refine_prototypes),),
             support_kind=self.support_prototypes, keep_zero_shot=bool(self.keep_zero_shot),
@@ -329,28 +326,40 @@ class LFA(ClassifierMixin, BaseEstimator):
             )
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any, y: Any, prototypes: Any) -> "LFA":
+    def fit(self, X: Any, y: Any = None, prototypes: Any = None, classes: Any = None) -> "LFA":
         """Learn W (and the chosen options) from support embeddings ``X``, labels ``y`` and ``prototypes``.
 
         Parameters
         ----------
         X : (N, d_img) or (N, V, d_img) image embeddings (V views per image, view 0 = the main
-            view, e.g. the centre crop). Any float dtype, numpy or torch.
-        y : (N,) int labels in 0..C-1, or None for unsupervised LFA.
-        prototypes : (C, d_txt) class prototypes (e.g. text embeddings of the class names).
+            view, e.g. the centre crop). Any real dtype, numpy or torch.
+        y : (N,) class labels, or None for unsupervised LFA (which needs ``prototypes``). Integers
+            in 0..C-1 index the prototype rows; other labels (any hashable) need ``classes``
+            naming each prototype row, or no prototypes at all.
+        prototypes : (C, d_txt) class prototypes (e.g. text embeddings of the class names), or
+            None: the L2-normalised class means of the support (uni-modal alignment, no text).
+        classes : C labels, one per prototype row (default: 0..C-1, or the sorted labels of ``y``
+            when there are no prototypes).
         """
         started = time.perf_counter()
         self._validate_params()
+        try:
+            import torch
+            import torch.nn.functional as F
+            from tqdm.auto import tqdm
+
+            from .device import resolve_device
+            from .fitting import fit_supervised, fit_unsupervised
+        except ImportError as err:
+            raise MissingExtraError(
+                f"fitting LFA needs torch ({err}); `pip install lfa-index` brings it (a serving-only install "
+                "answers queries of a saved index without it)."
+            ) from err
         device = resolve_device(self.device)
         warm = self.warm_start and hasattr(self, "W_")
-        x = check_embeddings(X, name="X", ndims=(2, 3), device=device)
-        protos = check_embeddings(prototypes, name="prototypes", ndims=(2,), device=device)
-        if protos.shape[0] < 2:
-            raise InvalidInputError(
-                f"prototypes has {protos.shape[0]} row(s); LFA needs at least 2 classes (one prototype row per class)."
-            )
-        labels = None if y is None else check_labels(y, n_rows=x.shape[0], n_classes=protos.shape[0], device=device)
-        if warm and (x.shape[-1] != self.n_features_in_ or protos.shape[1] != self._prototype_dim()):
+        x_np = check_embeddings(X, name="X", ndims=(2, 3))
+        codes, labels_of, p_np = self._encode(y, x_np, prototypes, classes)
+        if warm and (x_np.shape[-1] != self.n_features_in_ or p_np.shape[1] != self._prototype_dim()):
             raise DimensionMismatchError(
                 "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
@@ -359,96 +368,90 @@ class LFA(ClassifierMixin, BaseEstimator):
         gen, coin = torch.Generator(device=device), torch.Generator()
         gen.manual_seed(seed)
         coin.manual_seed(seed + 1)
-
-        d_img = int(x.shape[-1])
+        d_img = int(x_np.shape[-1])
         if not warm:
-            self._fit_projection(d_img, protos.shape[1], seed)
-        x, protos = self._project_image(x), self._project_text(protos)
-        x, protos = F.normalize(x, dim=-1), F.normalize(protos, dim=-1)
+            self._fit_projection(d_img, p_np.shape[1], seed)
+        x = F.normalize(torch.from_numpy(self._project_rows(x_np, "image")).to(device), dim=-1)
+        protos = F.normalize(torch.from_numpy(self._project_rows(p_np, "text")).to(device), dim=-1)
+        labels = None if codes is None else torch.from_numpy(codes).to(device)
 
         self.n_features_in_ = d_img
-        self.classes_ = np.arange(protos.shape[0])
+        self.classes_ = labels_of
         self.text_prototypes_ = protos.cpu().numpy()
+        if labels is None:
+            self._check_unsupervised_options()
         bar = tqdm(total=0, desc="LFA fit", unit="step", disable=not self.verbose, leave=False)
         try:
-            if labels is None:
-                self._check_unsupervised_options()
-                self._fit_unsupervised(x, protos, seed, gen, coin, warm, bar)
-            else:
-                self._fit_supervised(x, labels, protos, seed, gen, coin, warm, bar)
+            solve = fit_unsupervised if labels is None else fit_supervised
+            fitted = solve(self, x, labels, protos, seed=seed, generator=gen, coin=coin, warm=warm, progress=bar)
         finally:
             bar.close()
+        for name, value in fitted.items():
+            setattr(self, name, value)
         self.fit_seconds_ = time.perf_counter() - started
         self.summary_ = self._summary()
         if self.verbose:
             print(self.summary_, file=sys.stderr)
         return self
 
-    def _fit_supervised(self, x, labels, protos, seed, gen, coin, warm, bar) -> None:
-        asked = self._asked()
-        informative = self.projection_side_ is None and identity_is_informative(
-            x[:, 0] if x.ndim == 3 else x, labels, protos)
-        previous = None
-        if warm:
-            ema = self.W_ema_ if getattr(self, "W_ema_", None) is not None else self.W_tt_
-            task = self.W_ if self.mapping_ == "task" else 2 * np.asarray(self.W_avg_) - np.asarray(ema)
-            previous = Warm(
-                W=torch.as_tensor(task, device=x.device), W_ema=torch.as_tensor(ema, device=x.device),
-                mean=torch.as_tensor(self.feature_mean_, device=x.device), beta=float(self.beta_),
-                steps=int(self.steps_),
-                candidate=Candidate(Variant(bool(self.center_), bool(self.refine_prototypes_)), int(self.steps_),
-                                    self.mapping_, float(self.prototype_mix_)),
+    def _encode(self, y: Any, x: np.ndarray, prototypes: Any, classes: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Label codes 0..C-1 (or None), the labels of the C classes, and the (C, d) prototypes."""
+        if y is None:
+            if prototypes is None:
+                raise InvalidInputError(
+                    "LFA requires y to be passed, but the target y is None; unsupervised LFA (y=None) needs "
+                    "prototypes=(C, d) class prototypes."
+                )
+            p = check_embeddings(prototypes, name="prototypes")
+            labels_of = np.arange(len(p)) if classes is None else np.asarray(classes)
+            return None, labels_of, p
+        y = self._check_targets(y, len(x))
+        if prototypes is None:
+            labels_of, codes = np.unique(y, return_inverse=True)
+            if len(labels_of) < 2:
+                raise InvalidInputError(f"y holds one class ({labels_of[0]!r}); LFA needs at least 2 classes.")
+            first = x[:, 0] if x.ndim == 3 else x
+            unit = first / np.linalg.norm(first, axis=1, keepdims=True)
+            means = np.zeros((len(labels_of), unit.shape[1]), dtype=np.float64)
+            np.add.at(means, codes, unit)
+            return codes.astype(np.int64), labels_of, check_embeddings(means, name="class means of the support")
+        p = check_embeddings(prototypes, name="prototypes")
+        if len(p) < 2:
+            raise InvalidInputError(
+                f"prototypes has {len(p)} row(s); LFA needs at least 2 classes (one prototype row per class)."
             )
-            asked = Asked(**{**asked.__dict__, "centers": (bool(self.center_),)})
-        fit = fit_supervised(x, labels, protos, asked=asked, config=self.refine_config(),
-                             identity_informative=informative, seed=seed, generator=gen, coin=coin, progress=bar,
-                             warm=previous)
-        self._store_supervised(fit)
+        labels_of = np.arange(len(p)) if classes is None else np.asarray(classes)
+        if len(labels_of) != len(p) or len(np.unique(labels_of)) != len(p):
+            raise LabelError(f"classes must name each of the {len(p)} prototype rows once, got {len(labels_of)}.")
+        position = {c: i for i, c in enumerate(labels_of.tolist())}
+        codes = np.fromiter((position.get(v, -1) for v in y.tolist()), dtype=np.int64, count=len(y))
+        if (codes < 0).any():
+            unknown = sorted({repr(v) for v, c in zip(y.tolist(), codes) if c < 0})[:5]
+            hint = "integers 0..C-1 index the prototype rows" if classes is None else "classes names the rows"
+            raise LabelError(f"labels {', '.join(unknown)} name no prototype row ({hint}); pass classes=[...] "
+                             "naming each prototype row, or labels that index them.")
+        return codes, labels_of, p
 
-    def _store_supervised(self, fit: SupervisedFit) -> None:
-        numpy = lambda t: None if t is None else t.detach().cpu().numpy()  # noqa: E731
-        self.W_, self.W_tt_, self.W_ema_ = numpy(fit.W), numpy(fit.W_new), numpy(fit.W_ema)
-        self.W_avg_ = numpy((fit.W_task + fit.W_ema) / 2)
-        self.prototypes_, self.intercept_ = numpy(fit.prototypes), numpy(fit.intercept)
-        self.refined_prototypes_ = numpy(fit.refined_prototypes)
-        self.feature_mean_ = numpy(fit.feature_mean)
-        chosen = fit.candidate
-        self.center_, self.refine_prototypes_ = chosen.variant.center, chosen.variant.refine_prototypes
-        self.prototype_mix_, self.mapping_, self.steps_ = chosen.mix, chosen.mapping, chosen.steps
-        self.beta_, self.beta_selection_, self.beta_scores_ = fit.beta.beta, fit.beta.how, fit.beta.scores
-        self.new_class_beta_ = None if fit.new_class_beta is None else fit.new_class_beta.beta
-        self.step_trials_ = fit.step_trials
-        self.selection_ = None if fit.selection is None else {
-            **fit.selection.as_dict(), "new_class_map": self.new_class_map,
-            "new_class_beta": self.new_class_beta_,
-            "new_class_beta_selection": None if fit.new_class_beta is None else fit.new_class_beta.how,
-        }
-        self.loss_curve_, self.hubness_init_, self.hubness_ = fit.loss_curve, fit.hubness_init, fit.hubness
-        self.assignments_ = None
+    @staticmethod
+    def _check_targets(y: Any, n_rows: int) -> np.ndarray:
+        """``y`` as a 1-D array of class labels (a column vector is flattened with a warning)."""
+        arr = np.asarray(y.detach().cpu().numpy() if hasattr(y, "detach") else y)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            from sklearn.exceptions import DataConversionWarning
 
-    def _fit_unsupervised(self, x, protos, seed, gen, coin, warm, bar) -> None:
-        fit = fit_unsupervised(
-            x, protos, beta=None if self.beta == "auto" else float(self.beta),
-            steps=None if self.steps == "auto" else int(self.steps), n_rounds=self.n_rounds,
-            sinkhorn_reg=self.sinkhorn_reg, cv_splits=self.cv_splits, cv_val_size=self.cv_val_size,
-            config=self.refine_config(), seed=seed, generator=gen, coin=coin, progress=bar,
-            warm=(torch.as_tensor(self.W_, device=x.device), float(self.beta_)) if warm else None,
-        )
-        task, ema = fit.W.cpu().numpy(), fit.W_ema.cpu().numpy()
-        self.W_avg_ = (task + ema) / 2
-        self.mapping_ = "average" if self.mapping == "average" else "task"
-        self.W_ = self.W_avg_ if self.mapping_ == "average" else task
-        self.W_tt_ = self.W_ema_ = ema
-        self.prototypes_ = self.text_prototypes_
-        self.intercept_ = np.zeros(len(self.text_prototypes_), dtype=np.float32)
-        self.feature_mean_ = np.zeros(task.shape[0], dtype=np.float32)
-        self.refined_prototypes_ = None
-        self.center_, self.refine_prototypes_, self.prototype_mix_ = False, False, 0.0
-        self.beta_, self.beta_selection_, self.beta_scores_ = fit.beta.beta, fit.beta.how, fit.beta.scores
-        self.new_class_beta_ = None
-        self.steps_, self.step_trials_, self.selection_ = fit.steps, fit.step_trials, None
-        self.loss_curve_, self.hubness_init_, self.hubness_ = fit.loss_curve, fit.hubness_init, fit.hubness
-        self.assignments_ = fit.assignments.cpu().numpy()
+            warnings.warn("A column-vector y was passed when a 1d array was expected; pass y of shape "
+                          "(n_samples,), e.g. y.ravel().", DataConversionWarning, stacklevel=3)
+            arr = arr.ravel()
+        if arr.ndim != 1 or len(arr) != n_rows:
+            raise ShapeError(f"y must be 1-D with one label per row of X ({n_rows}), got shape {arr.shape}; "
+                             "pass exactly one label per embedding row.")
+        from sklearn.utils.multiclass import type_of_target
+
+        kind = type_of_target(arr)
+        if kind not in ("binary", "multiclass"):
+            raise LabelError(f"Unknown label type: {kind!r}; LFA classifies, so y must hold class labels "
+                             "(integers or strings), not continuous values.")
+        return arr
 
     def _summary(self) -> str:
         """One line: β, steps, options, held-out evidence, time."""
@@ -472,9 +475,6 @@ class LFA(ClassifierMixin, BaseEstimator):
             parts.append(f"unsupervised, {self.n_rounds} rounds")
         parts.append(f"{self.fit_seconds_:.1f} s")
         return "LFA fit: " + "; ".join(parts)
-
-    def _prototype_dim(self) -> int:
-        return self.projection_.shape[1] if self.projection_side_ == "text" else self.text_prototypes_.shape[1]
 
     def _fit_projection(self, d_img: int, d_txt: int, seed: int) -> None:
         self.projection_side_ = None
@@ -501,146 +501,3 @@ class LFA(ClassifierMixin, BaseEstimator):
     def _affine_queries(self) -> bool:
         """Whether queries reach W by an affine map (needed for centring and class biases)."""
         return not (self.projection_kind_ == "shrink" and self.projection_side_ == "image")
-
-    def _project_image(self, x: torch.Tensor) -> torch.Tensor:
-        if self.projection_side_ != "image":
-            return x
-        return project(x, torch.as_tensor(self.projection_, device=x.device))
-
-    def _project_text(self, p: torch.Tensor) -> torch.Tensor:
-        if self.projection_side_ != "text":
-            return p
-        return project(p, torch.as_tensor(self.projection_, device=p.device))
-
-    # ------------------------------------------------------------------ inference
-    def _map(self, mapping: str) -> np.ndarray:
-        check_choice(mapping, "mapping", ["task", "tt", "average"])
-        return {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
-
-    def _device(self) -> torch.device:
-        return resolve_device(self.device)
-
-    def _mapped(self, X: Any, mapping: str) -> torch.Tensor:
-        """``(normalize(proj(normalize(x))) − μ) @ W`` for the chosen map, unnormalised (same shape as X minus d)."""
-        check_is_fitted(self, "W_")
-        w = torch.as_tensor(self._map(mapping), device=self._device())
-        x = check_embeddings(X, name="X", ndims=(2, 3), device=self._device())
-        if x.shape[-1] != self.n_features_in_:
-            raise DimensionMismatchError(
-                f"X has {x.shape[-1]} features but this LFA was fitted on {self.n_features_in_}-d image embeddings; "
-                "embed the queries with the same model as the support set."
-            )
-        centred = bool(self.center_)
-        mean_t = torch.as_tensor(self.feature_mean_, device=self._device()) if centred else None
-        out = []
-        for c in x.split(_CHUNK):
-            rows = self._project_image(F.normalize(c, dim=-1))
-            out.append((rows - mean_t if centred else rows) @ w)
-        return torch.cat(out)
-
-    def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
-        """Aligned, L2-normalised embeddings ``normalize((proj(x) − μ) @ W)``, same shape as X minus d."""
-        return F.normalize(self._mapped(X, mapping), dim=-1).cpu().numpy()
-
-    def transform_prototypes(self, prototypes: Any) -> np.ndarray:
-        """Bring new class prototypes (d_txt) into the aligned space (projected, L2-normalised)."""
-        check_is_fitted(self, "W_")
-        p = check_embeddings(prototypes, name="prototypes", ndims=(2,), device=self._device())
-        expected = self._prototype_dim()
-        if p.shape[1] != expected:
-            raise DimensionMismatchError(
-                f"prototypes have {p.shape[1]} dimensions but this LFA was fitted on {expected}-d prototypes; "
-                "embed new class names with the same text model."
-            )
-        return F.normalize(self._project_text(F.normalize(p, dim=1)), dim=1).cpu().numpy()
-
-    def decision_function(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
-        """Aligned score (N, C) of each row for each class: ``(z·q_c + b_c) / ||z||``.
-
-        With the fitted classes and ``mapping="task"`` this is the served classifier (the aligned
-        cosine when ``intercept_`` is zero). Other maps, or ``prototypes`` (C', d_txt) of other
-        classes (e.g. new ones, with ``mapping="tt"``), are scored by aligned cosine to the text
-        prototypes. Multi-view input (N, V, d) averages the aligned views.
-        """
-        z = self._mapped(X, mapping)
-        if z.ndim == 3:
-            z = F.normalize(z, dim=-1).mean(dim=1)
-        norms = z.norm(dim=1, keepdim=True)
-        unit = (z / norms).cpu().numpy()
-        if prototypes is not None:
-            return unit @ self.transform_prototypes(prototypes).T
-        if mapping != "task":
-            return unit @ np.asarray(self.text_prototypes_).T
-        scores = unit @ np.asarray(self.prototypes_).T
-        if np.any(self.intercept_):
-            scores = scores + np.asarray(self.intercept_)[None, :] / norms.cpu().numpy()
-        return scores
-
-    def predict(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
-        """Index of the best-scoring class in the aligned space (N,)."""
-        return self.decision_function(X, mapping, prototypes).argmax(axis=1)
-
-    def predict_proba(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
-        """``softmax(aligned score / temperature)`` (N, C)."""
-        logits = torch.as_tensor(self.decision_function(X, mapping, prototypes)) / self.temperature
-        return torch.softmax(logits, dim=1).numpy()
-
-    def score(self, X: Any, y: Any, sample_weight: Any = None, mapping: Mapping = "task") -> float:
-        """Top-1 accuracy of :meth:`predict` on ``(X, y)``."""
-        check_is_fitted(self, "W_")
-        pred = self.predict(X, mapping)
-        truth = check_labels(y, n_rows=len(pred), n_classes=len(self.classes_)).numpy()
-        if sample_weight is None:
-            return float(np.mean(pred == truth))
-        w = np.asarray(sample_weight, dtype=np.float64)
-        return float(np.sum(w * (pred == truth)) / np.sum(w))
-
-    # ------------------------------------------------------------------ state
-    _FITTED_ARRAYS: tuple[str, ...] = (
-        "W_", "W_tt_", "W_ema_", "W_avg_", "prototypes_", "intercept_", "text_prototypes_", "feature_mean_",
-        "refined_prototypes_", "projection_", "beta_scores_", "assignments_",
-    )
-    """Fitted attributes saved as arrays (None allowed: the array is then left out)."""
-    _FITTED_VALUES: tuple[str, ...] = (
-        "classes_", "n_features_in_", "beta_", "beta_selection_", "steps_", "step_trials_", "projection_side_",
-        "projection_kind_", "center_", "prototype_mix_", "refine_prototypes_", "mapping_", "selection_",
-        "loss_curve_", "hubness_init_", "hubness_", "new_class_beta_", "summary_", "fit_seconds_",
-    )
-    """Fitted attributes saved as JSON values."""
-
-    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The fitted state as (JSON-ready values, arrays), from the declared attribute lists.
-
-        :meth:`from_fitted_state` restores an equal estimator from them.
-        """
-        check_is_fitted(self, "W_")
-        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in self._FITTED_ARRAYS
-                  if getattr(self, name, None) is not None}
-        values = {name: _plain(getattr(self, name, None)) for name in self._FITTED_VALUES}
-        return values, arrays
-
-    @classmethod
-    def from_fitted_state(cls, params: dict[str, Any], values: dict[str, Any], arrays: dict[str, np.ndarray]) -> "LFA":
-        """An LFA with constructor ``params`` and the fitted state written by :meth:`fitted_state`."""
-        lfa = cls(**params)
-        for name in cls._FITTED_ARRAYS:
-            setattr(lfa, name, arrays.get(name))
-        for name in cls._FITTED_VALUES:
-            setattr(lfa, name, values.get(name))
-        lfa.classes_ = np.asarray(values["classes_"])
-        if lfa.step_trials_ is not None:
-            lfa.step_trials_ = [tuple(t) for t in lfa.step_trials_]
-        return lfa
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars and arrays as plain Python values (JSON-ready)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value

@@ -21,8 +21,9 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from .config import SUPPORT_KINDS  # noqa: F401  (re-exported: the kinds this module computes)
+
 SupportKind = Literal["mean", "discriminant"]
-SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
 
 
 def class_means(z: torch.Tensor, labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:

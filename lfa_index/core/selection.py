@@ -40,14 +40,13 @@ import torch.nn.functional as F
 from sklearn.model_selection import StratifiedKFold
 
 from .beta import significantly_better
-from .config import RefineConfig
+from .config import CLASS_MAPPINGS as MAPPINGS  # noqa: F401
+from .config import MIX_GRID, RefineConfig  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import class_scores, hybrid_prototypes, support_prototypes
 from .refine import Progress, refine
 
-MIX_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-MAPPINGS: tuple[str, ...] = ("task", "average")
 HORIZON = 150
 CHECKPOINT_EVERY = 25
 N_FOLDS = 3
@@ -104,13 +103,15 @@ class Evidence:
     horizon: int
     checkpoints: tuple[int, ...]
     repeats: int = 1
+    best_scores: np.ndarray | None = None  # (n_candidates, n_rows) held-out score of each row's best class
 
     @staticmethod
     def mean(repeats: Sequence["Evidence"]) -> "Evidence":
         """The evidence of repeated cross-validation: each row's share of repeats it was right in."""
         first = repeats[0]
         hits = np.mean([e.hits for e in repeats], axis=0)
-        return Evidence(first.candidates, hits, first.folds, first.horizon, first.checkpoints, len(repeats))
+        scores = None if first.best_scores is None else np.mean([e.best_scores for e in repeats], axis=0)
+        return Evidence(first.candidates, hits, first.folds, first.horizon, first.checkpoints, len(repeats), scores)
 
 
 @dataclass
@@ -125,6 +126,7 @@ class Selection:
     accuracy: float | None = None  # held-out accuracy of the chosen candidate
     reference: float | None = None  # ... of the plain classifier (task map, λ = 0) at its best step count
     scores: dict[Candidate, float] = field(default_factory=dict)
+    heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score under the chosen candidate
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +213,7 @@ def cross_fitted_evidence(
     candidates = [Candidate(v, s, m, float(mix)) for v in rows for s in checkpoints for m in mappings for mix in mixes]
     slot = {c: i for i, c in enumerate(candidates)}
     hits = np.zeros((len(candidates), len(y)), dtype=bool)
+    best_scores = np.zeros((len(candidates), len(y)), dtype=np.float32)
     marks = set(checkpoints)
     for v_index, (variant, source) in enumerate(rows.items()):
         for f, (train_idx, val_idx) in enumerate(folds):
@@ -227,13 +230,16 @@ def cross_fitted_evidence(
                     for mapping in mappings:
                         w = map_for(W, W_tt, mapping)
                         aligned_train, aligned_val = z_train @ w, z_val @ w
+                        norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
                         support = None
                         if any(mix > 0 for mix in mixes):
                             support = support_prototypes(aligned_train, y_train, prototypes.shape[0], support_kind)
                         for mix in mixes:
                             vectors, bias = classifier(aligned_train, y_train, base, mix, support_kind, support)
-                            right = class_scores(aligned_val, vectors, bias).argmax(dim=1).eq(y_val).cpu().numpy()
-                            hits[slot[Candidate(variant, step, mapping, float(mix))], val_idx] = right
+                            best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                            row = slot[Candidate(variant, step, mapping, float(mix))]
+                            hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
+                            best_scores[row, val_idx] = (best / norms).cpu().numpy()
 
             if 0 in marks:
                 score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
@@ -247,7 +253,7 @@ def cross_fitted_evidence(
                 refine(w0, x_train, y_train, prototypes, steps=horizon, horizon=horizon, generator=gen, coin=coin,
                        config=config, train_prototypes=variant.refine_prototypes, progress=progress,
                        callback=at_checkpoint)
-    return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints))
+    return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores)
 
 
 def _preference(c: Candidate) -> tuple:
@@ -292,6 +298,7 @@ def choose(evidence: Evidence, plain: Variant) -> Selection:
     return Selection(
         chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen],
         None if paper_like is None else scores[paper_like], scores,
+        None if evidence.best_scores is None else evidence.best_scores[where[chosen]],
     )
 
 

@@ -95,6 +95,7 @@ class SupervisedFit:
     selection: Selection | None
     step_trials: list[tuple[int, float, float]] | None
     horizon: int
+    heldout_scores: torch.Tensor | None = None
     loss_curve: list[float] = field(default_factory=list)
     hubness_init: float = 0.0
     hubness: float = 0.0

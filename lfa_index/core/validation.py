@@ -1,8 +1,8 @@
 """Input checks at the public boundary: convert once, check once, then trust.
 
-Functions here take whatever users hold (numpy arrays of any float dtype, torch tensors,
-non-contiguous views, nested lists) and return clean float32 / int64 torch tensors. They never
-modify their input in place.
+Functions here take whatever users hold (numpy arrays of any real dtype, torch tensors,
+non-contiguous or read-only views, nested lists) and return clean float32 / int64 numpy arrays;
+they never modify their input. numpy only: answering queries needs no torch.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numbers
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from .errors import (
+    InputTypeError,
     InvalidInputError,
     InvalidParameterError,
     LabelError,
@@ -24,78 +24,71 @@ from .errors import (
 
 ArrayLike = Any  # numpy array, torch tensor or nested sequence of numbers
 
+# Rows are rescaled by their largest entry before float32 sees them when that entry is outside
+# this range: norms are then finite and non-denormal, and a row's direction (all LFA uses) is kept.
+_SAFE_MAX = 1e15
+_SAFE_MIN = 1e-15
 
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` picks CUDA when torch sees a GPU, else the CPU; anything else is passed to torch."""
-    if isinstance(device, torch.device):
-        return device
-    if not isinstance(device, str):
-        raise InvalidParameterError(
-            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}."
+
+def _to_numpy(x: ArrayLike, name: str) -> np.ndarray:
+    """``x`` as a numpy array without importing torch (a torch tensor is detached and copied)."""
+    module = type(x).__module__ or ""
+    if module.startswith("torch") and hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        return x.numpy()
+    if module.startswith("scipy.sparse") or hasattr(x, "tocsr"):
+        raise InvalidInputError(
+            f"{name} is a sparse matrix; LFA needs dense embeddings: pass {name}.toarray() instead."
         )
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        resolved = torch.device(device)
-    except RuntimeError as err:
-        raise InvalidParameterError(
-            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}."
-        ) from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidParameterError(
-            f"device={device!r} was asked for but torch sees no CUDA GPU; use device='cpu' or 'auto'."
-        )
-    return resolved
+        return np.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise InvalidInputError(f"{name} must be a numeric array; could not convert it: {err}") from err
 
 
-def as_float_tensor(
-    x: ArrayLike,
-    *,
-    name: str,
-    ndims: Sequence[int] = (2,),
-    device: torch.device | None = None,
-) -> torch.Tensor:
-    """Convert ``x`` to a contiguous float32 tensor and check its shape and values.
+def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.ndarray:
+    """A new C-contiguous float32 array of ``x``, checked: the one validator of every array input.
 
-    Accepts float16/32/64 (and integer) numpy arrays, torch tensors and nested lists. Raises
-    :class:`ShapeError` for a wrong number of dimensions or an empty array and
-    :class:`NonFiniteError` for NaN/inf values. The input is never modified.
+    Accepts numpy arrays of any real dtype, torch tensors, nested lists and read-only or
+    non-contiguous views; never modifies the input. Raises :class:`InvalidInputError` for
+    non-numeric or sparse input, :class:`ShapeError` for a wrong number of dimensions or an empty
+    array and :class:`NonFiniteError` for NaN/inf. Rows whose largest entry is above 1e15 or
+    below 1e-15 are divided by it (their direction is all LFA uses), so norms never overflow or
+    fall into the denormal range.
     """
-    if isinstance(x, torch.Tensor):
-        t = x.detach()
-    else:
+    arr = _to_numpy(x, name)
+    if np.iscomplexobj(arr):
+        raise InvalidInputError(f"Complex data not supported: {name} must hold real numbers, got dtype {arr.dtype}.")
+    if arr.dtype == object:
         try:
-            arr = np.asarray(x)
+            arr = arr.astype(np.float64)
         except (TypeError, ValueError) as err:
-            raise InvalidInputError(f"{name} must be a numeric array; could not convert it: {err}") from err
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
-        ):
-            raise InvalidInputError(
-                f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array."
-            )
-        t = torch.from_numpy(np.ascontiguousarray(arr))
-    if t.is_complex() or t.dtype == torch.bool:
-        raise InvalidInputError(f"{name} must hold real numbers, got dtype {t.dtype}.")
-    if t.ndim not in ndims:
+            raise InputTypeError(f"{name} holds values that are not numbers ({err}); pass a float array.") from err
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array.")
+    if arr.ndim not in ndims:
         shapes = " or ".join(_shape_hint(n) for n in ndims)
-        raise ShapeError(f"{name} must have shape {shapes}, got an array of shape {tuple(t.shape)}.")
-    if t.numel() == 0:
-        raise ShapeError(
-            f"{name} is empty (shape {tuple(t.shape)}); pass at least one row with at least one feature."
-        )
-    # .to() copies whenever dtype or device change; .clone() guarantees a copy otherwise, so no
-    # later step can ever write into the caller's memory.
-    out = t.to(device=device or t.device, dtype=torch.float32)
-    if out.data_ptr() == t.data_ptr():
-        out = out.clone()
-    out = out.contiguous()
-    finite = torch.isfinite(out)
-    if not bool(finite.all()):
-        bad = int((~finite).reshape(out.shape[0], -1).any(dim=1).sum())
-        raise NonFiniteError(
-            f"{name} holds NaN or infinite values in {bad} row(s); drop or repair those rows first."
-        )
+        hint = " Reshape your data: a single row is x.reshape(1, -1)." if arr.ndim == 1 else ""
+        raise ShapeError(f"{name} must have shape {shapes}, got an array of shape {arr.shape}.{hint}")
+    if arr.shape[0] == 0:
+        raise ShapeError(f"Found array with 0 sample(s) (shape={arr.shape}) while a minimum of 1 is required: "
+                         f"{name} is empty.")
+    if arr.size == 0:
+        raise ShapeError(f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required: "
+                         f"{name} has rows without features.")
+    work = arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float64)
+    finite = np.isfinite(work)
+    if not finite.all():
+        bad = int((~finite).reshape(arr.shape[0], -1).any(axis=1).sum())
+        raise NonFiniteError(f"{name} holds NaN or infinite values in {bad} row(s); drop or repair those rows first.")
+    out = np.array(work, dtype=np.float32, order="C", copy=True)
+    vectors, flat = work.reshape(-1, work.shape[-1]), out.reshape(-1, out.shape[-1])
+    scale = np.abs(vectors).max(axis=1)
+    rescale = (scale > _SAFE_MAX) | ((scale < _SAFE_MIN) & (scale > 0))
+    if rescale.any():
+        flat[rescale] = (vectors[rescale].astype(np.float64) / scale[rescale, None]).astype(np.float32)
     return out
 
 
@@ -103,40 +96,25 @@ def _shape_hint(ndim: int) -> str:
     return {1: "(n,)", 2: "(n_rows, dim)", 3: "(n_rows, n_views, dim)"}.get(ndim, f"{ndim}-D")
 
 
-def check_embeddings(
-    x: ArrayLike,
-    *,
-    name: str,
-    ndims: Sequence[int] = (2,),
-    device: torch.device | None = None,
-) -> torch.Tensor:
-    """As :func:`as_float_tensor`, and reject zero-norm rows (they have no direction)."""
-    t = as_float_tensor(x, name=name, ndims=ndims, device=device)
-    norms = torch.linalg.vector_norm(t, dim=-1)
-    zero = norms <= torch.finfo(torch.float32).tiny
-    if bool(zero.any()):
-        rows = torch.nonzero(zero.reshape(t.shape[0], -1).any(dim=1)).flatten()[:5].tolist()
+def check_embeddings(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.ndarray:
+    """As :func:`check_array`, and reject all-zero rows (they have no direction)."""
+    arr = check_array(x, name=name, ndims=ndims)
+    zero = ~np.any(arr != 0, axis=-1)
+    if zero.any():
+        rows = np.flatnonzero(zero.reshape(arr.shape[0], -1).any(axis=1))[:5].tolist()
         raise ZeroNormError(
             f"{name} has {int(zero.sum())} zero-norm row(s) (first at row(s) {rows}); "
             "an all-zero embedding cannot be aligned: remove those rows or re-embed them."
         )
-    return t
+    return arr
 
 
-def normalize_rows(x: torch.Tensor) -> torch.Tensor:
-    """L2-normalise the last dimension (returns a new tensor)."""
-    return torch.nn.functional.normalize(x, dim=-1)
-
-
-def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int, device: torch.device | None = None) -> torch.Tensor:
-    """Check that ``y`` holds ``n_rows`` integer labels in ``0 .. n_classes - 1``."""
-    if isinstance(y, torch.Tensor):
-        arr = y.detach().cpu().numpy()
-    else:
-        try:
-            arr = np.asarray(y)
-        except (TypeError, ValueError) as err:
-            raise LabelError(f"labels must be a 1-D array of integers; could not convert them: {err}") from err
+def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int) -> np.ndarray:
+    """Check that ``y`` holds ``n_rows`` integer labels in ``0 .. n_classes - 1`` (int64 copy)."""
+    try:
+        arr = _to_numpy(y, "labels")
+    except InvalidInputError as err:
+        raise LabelError(str(err)) from err
     if arr.ndim != 1:
         raise ShapeError(f"labels must be 1-D of shape (n_rows,), got shape {arr.shape}.")
     if arr.shape[0] != n_rows:
@@ -150,7 +128,6 @@ def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int, device: torch.dev
                 "labels must be integers (class indices into the prototypes); got non-integer values. "
                 "Map class names to indices first, or use AlignedIndex with class_names."
             )
-        arr = arr.astype(np.int64)
     elif arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise LabelError(
             f"labels must be integers (class indices into the prototypes), got dtype {arr.dtype}. "
@@ -163,7 +140,7 @@ def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int, device: torch.dev
             f"labels must lie in 0..{n_classes - 1} (one per prototype row); got {bad[:5].tolist()}. "
             "Check that the prototypes hold one row per class, in label order."
         )
-    return torch.from_numpy(arr).to(device or "cpu")
+    return arr
 
 
 # --- parameter checks -------------------------------------------------------------------------

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import torch
 
-from .validation import as_float_tensor
+from ..arrays import l2_normalize
+from .validation import check_array
 
 
-def max_pool_frames(frames: np.ndarray | torch.Tensor) -> np.ndarray:
+def max_pool_frames(frames: Any) -> np.ndarray:
     """Max-pool per-frame embeddings into one L2-normalised clip embedding.
 
     Parameters
     ----------
-    frames : array of shape (T, d) for one clip or (N, T, d) for N clips.
+    frames : array of shape (T, d) for one clip or (N, T, d) for N clips (numpy or torch).
 
     Returns
     -------
@@ -23,6 +25,5 @@ def max_pool_frames(frames: np.ndarray | torch.Tensor) -> np.ndarray:
     -------
     >>> clip = max_pool_frames(np.random.rand(8, 512))   # 8 frames -> one (512,) embedding
     """
-    x = as_float_tensor(frames, name="frames", ndims=(2, 3))
-    pooled = x.amax(dim=-2)
-    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    x = check_array(frames, name="frames", ndims=(2, 3))
+    return l2_normalize(x.max(axis=-2))

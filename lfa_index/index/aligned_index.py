@@ -27,6 +27,7 @@ from ..errors import (
     ShapeError,
 )
 from . import folding
+from .calibration import heldout_scores
 from .classes import ClassTable, class_vectors, nearest_classes, search_classes
 from .corpus import Corpus, apply_params, check_factory, check_raw_index, reconstruct
 from .device import FaissDevice
@@ -119,8 +120,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         (C, d_txt) class prototypes; class_names : C distinct strings or None.
         """
         self._check_params()
-        support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3)).cpu().numpy()
-        text = check_embeddings(text_emb, name="text_emb").cpu().numpy()
+        support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3))
+        text = check_embeddings(text_emb, name="text_emb")
         check_factory(self.corpus_factory, min(support.shape[-1], text.shape[1]))  # the narrower side
         space, y = LabelSpace.from_fit(labels, class_names, n_rows=len(support), n_classes=len(text))
         lfa = (LFA() if self.lfa is None else clone(self.lfa)).fit(support, y, text)
@@ -137,7 +138,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._check_fitted()
         with self._lock:
             table, seen = self._table, self.support_embeddings_
-            support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,)).cpu().numpy()
+            support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,))
             if support.shape[1:] != seen.shape[1:]:
                 raise ShapeError(
                     f"img_emb has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
@@ -214,17 +215,37 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return softmax(self.decision_function(X) / np.float32(self.lfa_.temperature), axis=1).astype(np.float32)
 
     def rejection_threshold(self, accept_rate: float = 0.95, img_emb: Any = None) -> float:
-        """τ for ``predict(reject_below=τ)`` accepting ``accept_rate`` of known-class queries: on
-        ``img_emb`` when given, else on the support set (view 0; optimistic, W was fitted on it)."""
+        """τ for ``predict(reject_below=τ)`` accepting ``accept_rate`` of known-class queries.
+
+        Calibrated on ``img_emb`` (n, d_in) when given; else on the support rows, each scored by a
+        model that never saw it (:func:`~lfa_index.index.calibration.heldout_scores`): the default
+        LFA's cross-fitted ``heldout_scores_``, or K-fold clones of ``lfa_`` (class-stratified,
+        K = min(5, smallest class count), at least 2), computed once and kept in
+        ``lfa_.heldout_scores_`` so a saved index keeps them. When no class has two support rows
+        (1 shot) nothing can be held out: τ then comes from the fitted model's own scores of its
+        support, which accepts fewer unseen images than ``accept_rate``; pass ``img_emb`` instead.
+
+        >>> index.predict(queries, reject_below=index.rejection_threshold(0.95))
+        """
         check_number(accept_rate, "accept_rate", low=0.0, high=1.0, low_inclusive=False)
-        table = self._snapshot()
         if img_emb is None:
-            x = self.support_embeddings_[:, 0] if self.support_embeddings_.ndim == 3 else self.support_embeddings_
+            best = self._heldout_scores()
         else:
-            x = self._check_queries(img_emb, name="img_emb")
-        best, _ = search_classes(table, np.ascontiguousarray(x, dtype=np.float32), 1)
+            table = self._snapshot()
+            best = search_classes(table, self._check_queries(img_emb, name="img_emb"), 1)[0][:, 0]
         # "lower" picks an observed score, so at least accept_rate of the rows score >= τ
-        return float(np.quantile(best[:, 0], 1.0 - accept_rate, method="lower"))
+        return float(np.quantile(best, 1.0 - accept_rate, method="lower"))
+
+    def _heldout_scores(self) -> np.ndarray:
+        """Held-out best score of each support row (see :meth:`rejection_threshold`)."""
+        with self._lock:
+            table = self._snapshot()
+            lfa, support, labels = self.lfa_, self.support_embeddings_, self.support_labels_
+        prototypes = table.text_embeddings[: len(lfa.prototypes_)]
+        scores, how = heldout_scores(lfa, support, labels, prototypes)
+        if how == "k-fold":
+            lfa.heldout_scores_ = scores  # computed once per fit; saved with the estimator
+        return scores
 
     # ------------------------------------------------------------------ aligned corpus
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
@@ -376,7 +397,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return check_query_matrix(X, name=name, dim=self._snapshot().n_features, allow_zero=allow_zero)
 
     def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
-        text = check_embeddings(text_emb, name=name).cpu().numpy()
+        text = check_embeddings(text_emb, name=name)
         expected = self._snapshot().text_embeddings.shape[1]
         if text.shape[1] != expected:
             raise DimensionMismatchError(

@@ -18,7 +18,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ..core.validation import resolve_device
+from ..errors import InvalidParameterError
 
 
 def faiss_gpu_available() -> bool:
@@ -33,6 +33,22 @@ def faiss_reason(err: Exception) -> str:
     return last.split("Error: ")[-1][:300]
 
 
+def gpu_of(device: Any) -> int | None:
+    """The GPU FAISS places indexes on for an LFA ``device`` ("auto", "cpu", "cuda", "cuda:N"), or None.
+
+    Without faiss-gpu (or a GPU) every index stays on the CPU; no torch needed.
+    """
+    text = str(device)
+    if text == "cpu" or not faiss_gpu_available():
+        return None
+    if text in ("auto", "cuda"):
+        return 0
+    prefix, _, number = text.partition(":")
+    if prefix == "cuda" and number.isdigit():
+        return int(number)
+    raise InvalidParameterError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
+
+
 class FaissDevice:
     """Placement of FAISS indexes for one torch device ("auto", "cpu", "cuda", "cuda:N").
 
@@ -41,8 +57,7 @@ class FaissDevice:
     """
 
     def __init__(self, device: str = "auto"):
-        torch_device = resolve_device(device)
-        self.gpu = (torch_device.index or 0) if torch_device.type == "cuda" and faiss_gpu_available() else None
+        self.gpu = gpu_of(device)
         self._resources: Any = None
         self._resources_lock = threading.Lock()
         self._lock = threading.Lock()

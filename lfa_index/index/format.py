@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import persistence
 from ..core import LFA
-from ..errors import IndexFormatError, IndexPathError, IndexVersionError, InvalidParameterError, LFAIndexError
+from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
 from . import legacy
 from .classes import ClassTable, class_vectors, group_masks
 from .corpus import ID_LIMIT
@@ -93,17 +93,15 @@ def save_index(
         "corpus": corpus_doc,
     }
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
-    with typed_errors():
-        return persistence.write_index_dir(
-            path, kind=KIND, documents={PARAMS_FILE: doc}, arrays={ARRAYS_FILE: arrays}, faiss_indexes=indexes
-        )
+    return persistence.write_index_dir(
+        path, kind=KIND, documents={PARAMS_FILE: doc}, arrays={ARRAYS_FILE: arrays}, faiss_indexes=indexes
+    )
 
 
 # ------------------------------------------------------------------ reading
 def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
     """Read and check an index directory of any format; ``device`` overrides the LFA's ``device``."""
-    with typed_errors():
-        documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
+    documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
     params_file, arrays_file, corpus_file = (part(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
     with blame(params_file):
         doc, arr = _upgraded(documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {}), params_file)
@@ -123,6 +121,7 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
             support_labels = _array(arr, "support_labels", shape=(len(support),), kind="iu").astype(np.int64)
             if support_labels.min() < 0 or support_labels.max() >= len(classes["text"]):
                 raise ValueError(f"support_labels must lie in 0..{len(classes['text']) - 1}")
+        _check_estimator_arrays(lfa, len(support))
     with blame(params_file):
         labels = LabelSpace.from_json(doc, len(classes["text"]))
     corpus = None
@@ -159,25 +158,6 @@ def blame(file: str) -> Iterator[None]:
             f"{file} has the right checksums but unexpected contents ({problem}); it was not written by "
             "AlignedIndex.save() or was changed since: re-save the index."
         ) from err
-
-
-_OURS = {"IndexVersionError": IndexVersionError, "IndexFormatError": IndexFormatError, "IndexPathError": IndexPathError}
-
-
-@contextmanager
-def typed_errors() -> Iterator[None]:
-    """The errors of :mod:`lfa_index.persistence` as the classes of :mod:`lfa_index.errors`.
-
-    (persistence.py still defines its own copies; once it imports them from lfa_index.errors this
-    passes them through unchanged.)
-    """
-    try:
-        yield
-    except LFAIndexError as err:
-        ours = next((_OURS[c.__name__] for c in type(err).__mro__ if c.__name__ in _OURS), None)
-        if ours is None or isinstance(err, ours):
-            raise
-        raise ours(str(err)) from err
 
 
 # ------------------------------------------------------------------ checks
@@ -248,6 +228,22 @@ def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:
     for name, value in arrays.items():
         if value.dtype.kind not in "biuf":
             raise ValueError(f"array {name!r} has dtype {value.dtype}, not a number type")
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            raise ValueError(f"array {name!r} holds NaN or infinite values")
+
+
+def _check_estimator_arrays(lfa: LFA, n_support: int) -> None:
+    """Shapes of the estimator's arrays that queries do not read (warm starts and rejection do)."""
+    d, n_classes = lfa.W_.shape[0], len(lfa.prototypes_)
+    expected = {
+        "W_ema_": (d, d), "text_prototypes_": (n_classes, d), "refined_prototypes_": (n_classes, d),
+        "heldout_scores_": (n_support,), "assignments_": (n_support, n_classes),
+    }
+    for name, shape in expected.items():
+        value = getattr(lfa, name, None)
+        if value is not None and (not isinstance(value, np.ndarray) or value.shape != shape):
+            got = value.shape if isinstance(value, np.ndarray) else type(value).__name__
+            raise ValueError(f"{LFA_PREFIX}{name} has shape {got}, expected {shape}")
 
 
 def _array(arrays: dict[str, np.ndarray], name: str, *, ndim: int | None = 2, shape: tuple[int, ...] | None = None,

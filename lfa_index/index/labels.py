@@ -105,7 +105,7 @@ class LabelSpace:
         """Positions (int64) of labels given in this space: names for "name", integers for "index"."""
         arr = _as_array(labels)
         if self.kind == "index":
-            return check_labels(arr, n_rows=len(arr) if n_rows is None else n_rows, n_classes=len(self)).numpy()
+            return check_labels(arr, n_rows=len(arr) if n_rows is None else n_rows, n_classes=len(self))
         _check_rows(arr, n_rows, name)
         if not _is_name_array(arr):
             raise LabelError(f"{name} must be class names (strings) for this index, got dtype {arr.dtype}.")

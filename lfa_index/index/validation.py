@@ -8,15 +8,28 @@ import faiss
 import numpy as np
 import torch
 
-from ..errors import DimensionMismatchError, InvalidInputError, NonFiniteError, ShapeError, ZeroNormError
+from ..errors import (
+    DimensionMismatchError,
+    InputTypeError,
+    InvalidInputError,
+    NonFiniteError,
+    ShapeError,
+    ZeroNormError,
+)
+
+# Squared row norms outside this range lose bits in float32 (overflow, or squares in the denormal
+# range): such rows are rescaled to a largest entry of 1, which leaves every answer unchanged.
+_SAFE_SQUARED = (1e-30, 1e30)
 
 
 def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False) -> np.ndarray:
     """Convert queries to a C-contiguous float32 (n, dim) array without copying when they already are.
 
     One parallel pass over the data (FAISS's squared row norms) checks finiteness and zero rows, so
-    validation costs a small fraction of the search itself. Raises :class:`ShapeError`,
-    :class:`DimensionMismatchError`, :class:`NonFiniteError` or :class:`ZeroNormError`.
+    validation costs a small fraction of the search itself. Rows of huge or tiny norm (any dtype)
+    come back divided by their largest entry in a copy: scores and rankings do not depend on a
+    query's norm. Raises :class:`ShapeError`, :class:`DimensionMismatchError`,
+    :class:`NonFiniteError` or :class:`ZeroNormError`.
     """
     if isinstance(X, torch.Tensor):
         X = X.detach().cpu()
@@ -25,6 +38,11 @@ def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False)
         arr = np.asarray(X)
     except (TypeError, ValueError) as err:
         raise InvalidInputError(f"{name} must be a numeric array; could not convert it: {err}") from err
+    if arr.dtype == object:  # numbers in an object array (e.g. from pandas) are numbers
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise InputTypeError(f"{name} holds values that are not numbers ({err}); pass a float array.") from err
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array.")
     if arr.ndim != 2:
@@ -37,27 +55,30 @@ def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False)
             f"{name} has {arr.shape[1]} dimensions but the index aligns {dim}-d image embeddings; "
             "embed the queries with the same image model as the support set."
         )
-    arr = np.ascontiguousarray(arr, dtype=np.float32)
-    # FAISS's multi-threaded squared norms: NaN/inf propagate, so one pass checks both traps
-    squared = np.empty(len(arr), dtype=np.float32)
-    faiss.fvec_norms_L2sqr(faiss.swig_ptr(squared), faiss.swig_ptr(arr), arr.shape[1], arr.shape[0])
-    bad = ~np.isfinite(squared)
-    if bad.any():
-        rows = np.flatnonzero(bad)
-        if not np.isfinite(arr[rows]).all():
-            nonfinite = rows[~np.isfinite(arr[rows]).all(axis=1)]
-            raise NonFiniteError(
-                f"{name} holds NaN or infinite values in {len(nonfinite)} row(s) (first: {nonfinite[:5].tolist()}); "
-                "drop or repair those rows first."
-            )
-        raise InvalidInputError(
-            f"{name} has row(s) {rows[:5].tolist()} whose values are too large for float32 arithmetic; "
-            "L2-normalise the embeddings first."
+    with np.errstate(over="ignore"):  # float64 beyond float32's range: rescaled below
+        x = np.ascontiguousarray(arr, dtype=np.float32)
+    # FAISS's multi-threaded squared norms: NaN/inf propagate, so one pass checks every trap
+    squared = np.empty(len(x), dtype=np.float32)
+    faiss.fvec_norms_L2sqr(faiss.swig_ptr(squared), faiss.swig_ptr(x), x.shape[1], x.shape[0])
+    low, high = _SAFE_SQUARED
+    odd = ~((squared >= low) & (squared <= high))
+    if not odd.any():
+        return x
+    rows = np.flatnonzero(odd)
+    exact = arr[rows].astype(np.float64)
+    nonfinite = ~np.isfinite(exact).all(axis=1)
+    if nonfinite.any():
+        raise NonFiniteError(
+            f"{name} holds NaN or infinite values in {int(nonfinite.sum())} row(s) (first: "
+            f"{rows[nonfinite][:5].tolist()}); drop or repair those rows first."
         )
-    if not allow_zero and not squared.all():
-        zero = np.flatnonzero(squared == 0)
+    peak = np.abs(exact).max(axis=1)
+    zero = peak == 0
+    if zero.any() and not allow_zero:
         raise ZeroNormError(
-            f"{name} has {len(zero)} zero-norm row(s) (first: {zero[:5].tolist()}); an all-zero embedding has no "
-            "direction to search with: remove those rows or re-embed them."
+            f"{name} has {int(zero.sum())} zero-norm row(s) (first: {rows[zero][:5].tolist()}); an all-zero "
+            "embedding has no direction to search with: remove those rows or re-embed them."
         )
-    return arr
+    x = x.copy() if np.shares_memory(x, arr) else x  # never write into the caller's array
+    x[rows[~zero]] = (exact[~zero] / peak[~zero, None]).astype(np.float32)
+    return x

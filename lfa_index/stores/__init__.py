@@ -4,13 +4,15 @@
 :class:`QdrantStore`, :class:`ChromaStore` and :class:`LanceDBStore` implement it. Each engine's
 client is imported only when its store is opened (``pip install 'lfa-index[milvus]'``, ``[qdrant]``,
 ``[chroma]``, ``[lancedb]``). The functions of :mod:`.aligned` put an AlignedIndex's prototypes or
-corpora in any store.
+corpora in any store; :func:`open_store` opens one from a URI (``SCHEME:LOCATION#COLLECTION``,
+:mod:`.uri`), as the ``lfa-index`` commands do.
 
 Example
 -------
 >>> from lfa_index.stores import MilvusStore, prototype_dim, write_prototypes, classify
 >>> store = write_prototypes(index, MilvusStore("vectors.db", "prototypes", dim=prototype_dim(index)))
 >>> classify(index, store, queries)
+>>> open_store("milvus:./vectors.db#prototypes").count()
 """
 
 from ..errors import MissingExtraError, SchemaError, StoreUnavailableError
@@ -18,6 +20,7 @@ from .aligned import (
     MAPPING_FIELD,
     add_aligned,
     classify,
+    classify_rows,
     prototype_dim,
     search_aligned,
     search_classes,
@@ -31,6 +34,7 @@ from .faiss_store import FaissStore
 from .lancedb_store import LanceDBStore
 from .milvus import MilvusStore
 from .qdrant import QdrantStore
+from .uri import StoreURI, open_store, parse_store_uri
 
 __all__ = [
     "VectorStore",
@@ -43,11 +47,15 @@ __all__ = [
     "prototype_dim",
     "write_prototypes",
     "classify",
+    "classify_rows",
     "search_classes",
     "add_aligned",
     "search_aligned",
     "search_unaligned",
     "support_from_store",
+    "open_store",
+    "parse_store_uri",
+    "StoreURI",
     "StoreUnavailableError",
     "SchemaError",
     "MissingExtraError",

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from ..core.validation import check_ids
-from ..errors import InvalidParameterError, SchemaError, StoreUnavailableError
+from ..errors import InvalidInputError, InvalidParameterError, SchemaError, StoreUnavailableError
 
 Batches = Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]  # what scan() yields
 _CHUNK_BYTES = 64 << 20  # at most this much candidate data in memory while re-scoring
@@ -121,7 +121,12 @@ def filter_literal(value: str | int, dialect: str) -> str:
 
 def requested_ids(ids: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(wanted, distinct sorted)`` int64 ids asked of ``get``; repeats allowed, floats and strings refused."""
-    wanted = np.asarray(ids).ravel()
+    try:
+        wanted = np.asarray(ids).ravel()
+    except (TypeError, ValueError) as err:  # ragged nested lists
+        raise InvalidInputError(f"ids must be a flat list of integers (int64); could not read them: {err}") from err
+    if wanted.size == 0:  # [] is float64 to numpy: asking for nothing is fine
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     integral = wanted.dtype != bool and np.issubdtype(wanted.dtype, np.integer)
     # non-integers reach check_ids as they are, so that it raises its "ids must be integers" error
     candidates = np.unique(wanted) if integral else wanted

@@ -17,6 +17,7 @@ Example
 >>> write_prototypes(index, store)
 >>> classify(index, store, queries)                # == index.predict(queries)
 >>> X, y = support_from_store(labelled_store, label_field="label")
+>>> classify_rows(index, raw_store, write_field="predicted")   # label every stored embedding
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..core.validation import check_ids, check_number
 from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex, check_query_matrix
 from ..index.folding import rerank, top_classes, unalign_queries
-from .base import VectorStore, check_k
+from .base import VectorStore, check_fields, check_k
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
 
@@ -115,6 +116,74 @@ def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> t
     n_new = int(index.is_new_class_.sum())
     groups = [(m, n) for m, n in (("task", n_classes - n_new), ("tt", n_new)) if n]
     return x, groups
+
+
+def classify_rows(
+    index: AlignedIndex,
+    store: VectorStore,
+    *,
+    write_field: str | None = None,
+    reject_below: float | None = None,
+    batch_size: int = 4096,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Classify every row of a store of raw embeddings: ``(ids, labels, scores)``, each (n,), in id order.
+
+    ``labels`` equal ``index.predict`` of the stored vectors (with ``reject_below=τ``, rows whose
+    best aligned score is below τ get ``index.unknown_label_``); ``scores`` are those best scores.
+    With ``write_field``, each row is added again with its id, its vector, the fields it holds
+    (``store.field_names()``) and ``write_field`` = its label; a rejected row gets "" (named
+    classes) or -1 (class indices). Every row is read and checked before the first write.
+
+    Example
+    -------
+    >>> ids, labels, scores = classify_rows(index, MilvusStore(uri, "images"), write_field="predicted")
+    """
+    check_number(batch_size, "batch_size", low=1, integer=True)
+    if reject_below is not None:
+        check_number(reject_below, "reject_below", low=-1.0, high=1.0)
+    _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
+    kept = [] if write_field is None else [f for f in _field_names(store, write_field) if f != write_field]
+    ids, labels, scores, values = [], [], [], {f: [] for f in kept}
+    for batch_ids, vectors, fields in store.scan(kept, batch_size=batch_size):
+        best, found = index.search(vectors, k=1)
+        ids.append(batch_ids)
+        labels.append(found[:, 0])
+        scores.append(best[:, 0])
+        for f in kept:
+            values[f].append(np.asarray(fields[f], dtype=object))
+    if not ids:
+        raise EmptyIndexError(f"{store.location} is empty: add raw embeddings to it before classifying its rows.")
+    order = np.argsort(np.concatenate(ids), kind="stable")
+    ids, labels, scores = np.concatenate(ids)[order], np.concatenate(labels)[order], np.concatenate(scores)[order]
+    if reject_below is not None:
+        labels = index.label_space_.reject(labels, scores, reject_below)
+    if write_field is not None:
+        written = labels.astype(object)
+        if reject_below is not None:
+            written[scores < reject_below] = "" if index.unknown_label_ is None else index.unknown_label_
+        columns = {f: np.concatenate(v)[order] for f, v in values.items()}
+        _rewrite(store, ids, {**columns, write_field: written}, batch_size)
+    return ids, labels, scores
+
+
+def _field_names(store: VectorStore, write_field: Any) -> list[str]:
+    if not isinstance(write_field, str) or not write_field.isidentifier():
+        raise InvalidInputError(f"write_field must be a field name (an identifier), got {write_field!r}.")
+    names = getattr(store, "field_names", None)
+    if not callable(names):
+        raise InvalidInputError(
+            f"{type(store).__name__} has no field_names(): writing a field re-adds each row, and its other fields "
+            "would be lost; add field_names() to the store."
+        )
+    return list(names())
+
+
+def _rewrite(store: VectorStore, ids: np.ndarray, fields: dict[str, np.ndarray], batch_size: int) -> None:
+    """Add the rows ``ids`` again with their stored vectors and ``fields`` (checked in full before any write)."""
+    check_fields(fields, len(ids), reserved=())
+    for start in range(0, len(ids), batch_size):
+        part = ids[start : start + batch_size]
+        store.add(store.get(part), part, fields={f: v[start : start + batch_size] for f, v in fields.items()})
 
 
 # ------------------------------------------------------------------------------ corpora

@@ -31,6 +31,8 @@ class VectorStore(Protocol):
 
     ``search`` ranks by the store's ``metric`` ("IP": inner product, "COSINE"), highest first;
     missing slots are id -1 with score -inf. ``add`` replaces rows whose id is already held.
+    Optional: ``field_names()``, the fields the rows hold, which lets
+    :func:`~lfa_index.stores.classify_rows` write a field without losing the others.
     """
 
     @property

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import (
+    CollectionNotFoundError,
     DimensionMismatchError,
     InvalidInputError,
     InvalidParameterError,
@@ -36,6 +37,7 @@ from ._common import (
     query_chunk,
     rank_candidates,
     reason,
+    requested_ids,
     server_address,
 )
 from .base import Where, check_fields, check_k, check_vectors, check_where
@@ -161,7 +163,7 @@ class ChromaStore:
                     self._col = self._client.get_collection(self.collection, embedding_function=None)
             except chromadb.errors.NotFoundError:
                 if dim is None:
-                    raise InvalidParameterError(
+                    raise CollectionNotFoundError(
                         f"collection {self.collection!r} does not exist at {self.uri!r}; pass dim= to create it."
                     ) from None
                 hnsw = {"space": "ip", "ef_search": int(ef_search or _DEFAULT_EF)}
@@ -284,8 +286,7 @@ class ChromaStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted = np.asarray(ids, dtype=np.int64).ravel()
-        unique = np.unique(wanted)
+        wanted, unique = requested_ids(ids)
         out = np.empty((len(unique), self.dim), dtype=np.float32)
         found = np.zeros(len(unique), dtype=bool)
         step = self._batch_rows()
@@ -324,6 +325,17 @@ class ChromaStore:
             vectors = np.asarray(rows["embeddings"], dtype=np.float32).reshape(len(rows["ids"]), self.dim)
             values = {f: np.array([m[f] for m in metadatas]) for f in fields}
             yield parse_ids(rows["ids"], self.location), vectors, values
+            offset += len(rows["ids"])
+
+    def field_names(self) -> list[str]:
+        """Metadata fields some row holds (one pass over the metadata, no vectors)."""
+        names: set[str] = set()
+        step, offset = self._batch_rows(), 0
+        while True:
+            rows = self._call("scan rows", self._col.get, limit=step, offset=offset, include=["metadatas"])
+            if not len(rows["ids"]):
+                return sorted(names)
+            names.update(key for m in rows["metadatas"] for key in (m or {}))
             offset += len(rows["ids"])
 
     def drop(self) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import (
+    CollectionNotFoundError,
     DimensionMismatchError,
     InvalidInputError,
     InvalidParameterError,
@@ -27,7 +28,17 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..extras import import_extra
-from ._common import Batches, check_name, check_uri, filter_literal, parse_ids, query_chunk, rank_candidates, reason
+from ._common import (
+    Batches,
+    check_name,
+    check_uri,
+    filter_literal,
+    parse_ids,
+    query_chunk,
+    rank_candidates,
+    reason,
+    requested_ids,
+)
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _NAME = r"[A-Za-z0-9_.-]{1,255}"
@@ -137,7 +148,7 @@ class LanceDBStore:
             ) from err
         if not exists:
             if dim is None:
-                raise InvalidParameterError(
+                raise CollectionNotFoundError(
                     f"table {self.table!r} does not exist at {self.uri!r}; pass dim= to create it."
                 )
             pa = _arrow()
@@ -289,8 +300,7 @@ class LanceDBStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted = np.asarray(ids, dtype=np.int64).ravel()
-        unique = np.unique(wanted)
+        wanted, unique = requested_ids(ids)
         out = np.empty((len(unique), self.dim), dtype=np.float32)
         found = np.zeros(len(unique), dtype=bool)
         for start in range(0, len(unique), _IDS_PER_QUERY):
@@ -337,6 +347,10 @@ class LanceDBStore:
                 values[f] = np.array(column.to_pylist())
             ids = parse_ids(batch.column(self.id_field).to_pylist(), self.location)
             yield ids, self._vectors(batch), values
+
+    def field_names(self) -> list[str]:
+        """The table's columns other than the id and vector columns."""
+        return sorted(n for n in self._schema().names if n not in (self.id_field, self.vector_field))
 
     def drop(self) -> None:
         """Delete the whole table."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import (
+    CollectionNotFoundError,
     DimensionMismatchError,
     InvalidInputError,
     InvalidParameterError,
@@ -120,7 +121,7 @@ class MilvusStore:
         try:
             if not exists:
                 if dim is None:
-                    raise InvalidParameterError(
+                    raise CollectionNotFoundError(
                         f"collection {collection!r} does not exist at {uri!r}; pass dim= to create it."
                     )
                 self._create(int(dim))
@@ -296,6 +297,25 @@ class MilvusStore:
                 yield ids, vectors, {f: np.array([r[f] for r in rows]) for f in fields}
         finally:
             iterator.close()
+
+    def field_names(self) -> list[str]:
+        """Scalar fields of the schema, and every dynamic field some row holds (one pass over the rows, no vectors)."""
+        info = self._call(
+            "describe the collection", self._client.describe_collection, self.collection, timeout=self.timeout
+        )
+        names = {f["name"] for f in info["fields"]
+                 if f["name"] != self._pk and not getattr(f["type"], "name", "").endswith("VECTOR")}
+        if info.get("enable_dynamic_field"):
+            iterator = self._call(
+                "scan rows", self._client.query_iterator, self.collection, batch_size=_MAX_TOPK, filter="",
+                output_fields=["$meta"], timeout=self.timeout,
+            )
+            try:
+                while rows := self._call("scan rows", iterator.next):
+                    names.update(key for row in rows for key in row if key != self._pk)
+            finally:
+                iterator.close()
+        return sorted(names)
 
     def drop(self) -> None:
         """Delete the whole collection (schema and index too)."""

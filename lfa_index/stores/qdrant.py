@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import (
+    CollectionNotFoundError,
     DimensionMismatchError,
     InvalidInputError,
     InvalidParameterError,
@@ -28,7 +29,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..extras import import_extra
-from ._common import Batches, check_name, check_uri, parse_ids, reason, server_address
+from ._common import Batches, check_name, check_uri, parse_ids, reason, requested_ids, server_address
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
@@ -131,7 +132,7 @@ class QdrantStore:
         try:
             if not exists:
                 if dim is None:
-                    raise InvalidParameterError(
+                    raise CollectionNotFoundError(
                         f"collection {self.collection!r} does not exist at {self.uri!r}; pass dim= to create it."
                     )
                 self._create(int(dim))
@@ -260,8 +261,7 @@ class QdrantStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted = np.asarray(ids, dtype=np.int64).ravel()
-        unique = np.unique(wanted)
+        wanted, unique = requested_ids(ids)
         out = np.empty((len(unique), self.dim), dtype=np.float32)
         found = np.zeros(len(unique), dtype=bool)
         step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
@@ -299,6 +299,19 @@ class QdrantStore:
                 yield parse_ids([p.id for p in points], self.location), self._vectors(points), values
             if offset is None:
                 return
+
+    def field_names(self) -> list[str]:
+        """Payload fields some point holds (one scroll over the payloads, no vectors)."""
+        names: set[str] = set()
+        offset = None
+        while True:
+            points, offset = self._call(
+                "scroll points", self._client.scroll, self.collection, limit=4096, offset=offset, with_payload=True,
+                with_vectors=False,
+            )
+            names.update(key for p in points for key in (p.payload or {}))
+            if offset is None:
+                return sorted(names)
 
     def drop(self) -> None:
         """Delete the whole collection."""

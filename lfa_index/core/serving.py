@@ -1,0 +1,210 @@
+"""Answering queries with a fitted LFA: numpy only, so a saved index serves without torch.
+
+:class:`AlignedClassifierMixin` holds the query side of :class:`~lfa_index.core.estimator.LFA`:
+a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` and class c scores
+``(z·q_c + b_c)/||z||``, where ``q_c`` are ``prototypes_``, ``b_c`` ``intercept_`` and μ
+``feature_mean_`` (the aligned cosine when b = 0). Each fitted state is declared once
+(:data:`FITTED_ARRAYS`, :data:`FITTED_VALUES`) and saves and restores itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..arrays import CHUNK_ROWS, MAPPINGS, Mapping, l2_normalize
+from ..errors import DimensionMismatchError, NotFittedError, ShapeError
+from .validation import check_choice, check_embeddings
+
+FITTED_ARRAYS: tuple[str, ...] = (
+    "W_", "W_tt_", "W_ema_", "W_avg_", "prototypes_", "intercept_", "text_prototypes_", "feature_mean_",
+    "refined_prototypes_", "projection_", "beta_scores_", "assignments_", "heldout_scores_",
+)
+"""Fitted attributes saved as arrays (None allowed: the array is then left out)."""
+FITTED_VALUES: tuple[str, ...] = (
+    "classes_", "n_features_in_", "beta_", "beta_selection_", "steps_", "step_trials_", "projection_side_",
+    "projection_kind_", "center_", "prototype_mix_", "refine_prototypes_", "mapping_", "selection_",
+    "loss_curve_", "hubness_init_", "hubness_", "new_class_beta_", "summary_", "fit_seconds_",
+)
+"""Fitted attributes saved as JSON values."""
+
+
+class AlignedClassifierMixin:
+    """The query side of a fitted LFA (numpy only)."""
+
+    temperature: float
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "W_"):
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit(X, y, prototypes) before using it."
+            )
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "W_")
+
+    def _map(self, mapping: str) -> np.ndarray:
+        check_choice(mapping, "mapping", MAPPINGS)
+        return {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
+
+    def _project_rows(self, x: np.ndarray, side: str) -> np.ndarray:
+        """``normalize(x Rᵀ)`` on the side the projection bridges, else ``x`` (in ``x``'s float dtype)."""
+        if self.projection_side_ != side:
+            return x
+        return _unit(x @ np.asarray(self.projection_, dtype=x.dtype).T)
+
+    def _check_queries(self, X: Any, name: str = "X") -> np.ndarray:
+        self._check_fitted()
+        x = check_embeddings(X, name=name, ndims=(2, 3))
+        if x.shape[-1] != self.n_features_in_:
+            raise DimensionMismatchError(
+                f"{name} has {x.shape[-1]} features, but {type(self).__name__} is expecting {self.n_features_in_} "
+                "features as input; embed the queries with the same model as the support set."
+            )
+        return x
+
+    def _mapped(self, X: Any, mapping: str) -> np.ndarray:
+        """``(normalize(proj(normalize(x))) − μ) @ W`` for the chosen map, unnormalised.
+
+        In float64, so that a row's result does not depend on the rows batched with it.
+        """
+        x = self._check_queries(X)
+        w = np.asarray(self._map(mapping), dtype=np.float64)
+        mean = np.asarray(self.feature_mean_, dtype=np.float64) if self.center_ else None
+        flat = x.reshape(-1, x.shape[-1])
+        out = np.empty((len(flat), w.shape[1]), dtype=np.float64)
+        for start in range(0, len(flat), CHUNK_ROWS):
+            rows = self._project_rows(_unit(flat[start:start + CHUNK_ROWS].astype(np.float64)), "image")
+            out[start:start + CHUNK_ROWS] = (rows if mean is None else rows - mean) @ w
+        return out.reshape(*x.shape[:-1], w.shape[1])
+
+    def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
+        """Aligned, L2-normalised float32 embeddings ``normalize((proj(x) − μ) @ W)``, same shape as X but d."""
+        return _unit(self._mapped(X, mapping)).astype(np.float32)
+
+    def transform_prototypes(self, prototypes: Any) -> np.ndarray:
+        """Bring new class prototypes (d_txt) into the aligned space (projected, L2-normalised)."""
+        self._check_fitted()
+        p = check_embeddings(prototypes, name="prototypes")
+        expected = self._prototype_dim()
+        if p.shape[1] != expected:
+            raise DimensionMismatchError(
+                f"prototypes have {p.shape[1]} dimensions but this LFA was fitted on {expected}-d prototypes; "
+                "embed new class names with the same text model."
+            )
+        return l2_normalize(self._project_rows(l2_normalize(p), "text"))
+
+    def _prototype_dim(self) -> int:
+        return self.projection_.shape[1] if self.projection_side_ == "text" else self.text_prototypes_.shape[1]
+
+    def _scores(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+        """Aligned scores (N, C) ``(z·q_c + b_c)/||z||``, multi-view rows averaged."""
+        z = self._mapped(X, mapping)
+        if z.ndim == 3:
+            z = _unit(z).mean(axis=1)
+        norms = np.maximum(np.linalg.norm(z, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        unit = z / norms
+        if prototypes is not None:
+            return unit @ self.transform_prototypes(prototypes).T.astype(np.float64)
+        if mapping != "task":
+            return unit @ np.asarray(self.text_prototypes_, dtype=np.float64).T
+        scores = unit @ np.asarray(self.prototypes_, dtype=np.float64).T
+        if np.any(self.intercept_):
+            scores = scores + np.asarray(self.intercept_, dtype=np.float64)[None, :] / norms
+        return scores
+
+    def decision_function(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+        """Aligned score of each row for each class: (N, C), or (N,) for two fitted classes.
+
+        With the fitted classes and ``mapping="task"`` this is the served classifier (the aligned
+        cosine when ``intercept_`` is zero); two classes give the score of ``classes_[1]`` minus
+        that of ``classes_[0]``, as scikit-learn's binary classifiers do. Other maps, or
+        ``prototypes`` (C', d_txt) of other classes (e.g. new ones, with ``mapping="tt"``), are
+        scored by aligned cosine to the text prototypes. Multi-view input (N, V, d) averages the
+        aligned views.
+        """
+        scores = self._scores(X, mapping, prototypes)
+        if prototypes is None and mapping == "task" and scores.shape[1] == 2:
+            return scores[:, 1] - scores[:, 0]
+        return scores
+
+    def predict(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+        """The best-scoring class of each row: labels from ``classes_`` (positions with ``prototypes``)."""
+        best = self._scores(X, mapping, prototypes).argmax(axis=1)
+        return best if prototypes is not None else np.asarray(self.classes_)[best]
+
+    def predict_proba(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+        """``softmax(aligned score / temperature)`` (N, C), in float64 so that it ranks as the scores do."""
+        logits = self._scores(X, mapping, prototypes).astype(np.float64) / self.temperature
+        logits -= logits.max(axis=1, keepdims=True)
+        proba = np.exp(logits)
+        return proba / proba.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+        """Log of :meth:`predict_proba`, computed without underflow."""
+        logits = self._scores(X, mapping, prototypes).astype(np.float64) / self.temperature
+        logits -= logits.max(axis=1, keepdims=True)
+        return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None, mapping: Mapping = "task") -> float:
+        """Top-1 accuracy of :meth:`predict` on ``(X, y)`` (labels from ``classes_``)."""
+        pred = self.predict(X, mapping)
+        truth = np.asarray(y)
+        if truth.ndim != 1 or len(truth) != len(pred):
+            raise ShapeError(f"y must be 1-D with one label per row of X ({len(pred)}), got shape {truth.shape}.")
+        right = (pred == truth).astype(np.float64)
+        if sample_weight is None:
+            return float(right.mean())
+        weights = np.asarray(sample_weight, dtype=np.float64)
+        if weights.shape != right.shape or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
+            raise ShapeError(
+                f"sample_weight must be {len(right)} finite non-negative weights with a positive sum, got shape "
+                f"{weights.shape}; pass one weight per row of X."
+            )
+        return float(np.sum(weights * right) / np.sum(weights))
+
+    # ------------------------------------------------------------------ state
+    def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The fitted state as (JSON-ready values, arrays), from the declared attribute lists.
+
+        :meth:`from_fitted_state` restores an equal estimator from them.
+        """
+        self._check_fitted()
+        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in FITTED_ARRAYS
+                  if getattr(self, name, None) is not None}
+        values = {name: _plain(getattr(self, name, None)) for name in FITTED_VALUES}
+        return values, arrays
+
+    @classmethod
+    def from_fitted_state(cls, params: dict[str, Any], values: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
+        """An estimator with constructor ``params`` and the fitted state written by :meth:`fitted_state`."""
+        fitted = cls(**params)
+        for name in FITTED_ARRAYS:
+            setattr(fitted, name, arrays.get(name))
+        for name in FITTED_VALUES:
+            setattr(fitted, name, values.get(name))
+        fitted.classes_ = np.asarray(values["classes_"])
+        if fitted.step_trials_ is not None:
+            fitted.step_trials_ = [tuple(t) for t in fitted.step_trials_]
+        if fitted.W_ema_ is None:  # saved before W_ema_ existed: W_tt_ was the moving average
+            fitted.W_ema_ = fitted.W_tt_
+        return fitted
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` L2-normalised in their own float dtype (all-zero rows stay zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.finfo(x.dtype).tiny)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays as plain Python values (JSON-ready)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,88 @@
+"""Scores that calibrate rejection thresholds: each support row scored by a model that never saw it.
+
+A fitted map scores its own support rows higher than unseen images of the same classes, so a
+threshold taken on them accepts far fewer test images than asked. The default LFA keeps the
+cross-fitted scores of its option selection (``LFA.heldout_scores_``); otherwise class-stratified
+K-fold clones of the fitted estimator (same parameters, ``steps=steps_``) score the held-out rows.
+
+Example
+-------
+>>> scores, how = heldout_scores(index.lfa_, index.support_embeddings_, index.support_labels_,
+...                              index.text_embeddings_[: len(index.lfa_.prototypes_)])
+>>> tau = float(np.quantile(scores, 0.05, method="lower"))
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+import numpy as np
+
+from . import folding
+from .maps import query_maps
+
+MAX_FOLDS = 5
+How = Literal["cross-fitted", "k-fold", "support"]
+
+
+def heldout_scores(
+    lfa: Any, support: np.ndarray, labels: np.ndarray | None, prototypes: np.ndarray
+) -> tuple[np.ndarray, How]:
+    """Best score of each support row (view 0) over the fitted classes under a model fitted without it.
+
+    ``lfa``: the fitted estimator; ``support`` (N, d) or (N, V, d) and ``labels`` (N,) or None: what
+    it was fitted on; ``prototypes`` (C, d_txt): its class prototypes as given. Returns the (N,)
+    float32 scores and how they were obtained: "cross-fitted" (``lfa.heldout_scores_``), "k-fold"
+    (K = min(5, smallest class count) folds, at least 2; unlabelled supports: K = min(5, N)) or
+    "support" (no class has two rows: the fitted model's own scores, optimistic).
+    """
+    given = lfa.heldout_scores_
+    if given is not None:
+        given = np.asarray(given)
+        if given.shape == (len(support),) and given.dtype.kind == "f" and np.isfinite(given).all():
+            return given.astype(np.float32, copy=False), "cross-fitted"
+    rows = first_view(support)
+    folds = _folds(labels, len(support), lfa.random_state)
+    if folds is None:
+        return best_scores(lfa, rows), "support"
+    from sklearn.base import clone
+
+    out = np.empty(len(support), dtype=np.float32)
+    for train, held in folds:
+        model = clone(lfa).set_params(steps=int(lfa.steps_), warm_start=False)
+        model.fit(support[train], None if labels is None else labels[train], prototypes)
+        out[held] = best_scores(model, rows[held])
+    return out, "k-fold"
+
+
+def best_scores(lfa: Any, x: np.ndarray) -> np.ndarray:
+    """Best aligned score over ``lfa``'s classes of raw float32 rows ``x`` (n,), as the index scores them."""
+    task = query_maps(lfa)["task"]
+    folded = task.fold(np.asarray(lfa.prototypes_, dtype=np.float32), np.asarray(lfa.intercept_, dtype=np.float32))
+    queries = folding.prepare_queries(x, augmented=folded.shape[1] == x.shape[1] + 1)
+    return folding.aligned_scores(queries @ folded.T, task.norms(x)).max(axis=1).astype(np.float32)
+
+
+def first_view(support: np.ndarray) -> np.ndarray:
+    """View 0 of each support row, float32 C-contiguous (N, d)."""
+    rows = support[:, 0] if support.ndim == 3 else support
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+def _folds(labels: np.ndarray | None, n_rows: int, seed: int | None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Class-stratified folds holding out every row once; None when no class has two rows."""
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    seed = 0 if seed is None else int(seed)
+    if labels is None:
+        k = min(MAX_FOLDS, n_rows)
+        return None if k < 2 else list(KFold(k, shuffle=True, random_state=seed).split(np.zeros(n_rows)))
+    counts = np.bincount(labels)
+    counts = counts[counts > 0]
+    if counts.max() < 2:
+        return None
+    k = int(min(MAX_FOLDS, max(2, counts.min())))
+    with warnings.catch_warnings():  # classes with one row go to one fold, which sklearn warns about
+        warnings.simplefilter("ignore", UserWarning)
+        return list(StratifiedKFold(k, shuffle=True, random_state=seed).split(np.zeros(n_rows), labels))
