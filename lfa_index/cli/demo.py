@@ -33,7 +33,7 @@ from lfa_index.reporting.evaluation import METHOD_LABELS, FewShotResults
 from .console import PROG, Console
 from .options import DEFAULT_REPORT_DIR, add_command, cache_dir, positive_int
 
-DEMO_STEPS = 100
+DEMO_STEPS = "auto"
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class DemoConfig:
     image_eval: int | None = None  # eval images per class, None = all
 
 
-FULL_DEMO = DemoConfig((1, 4, 16), (0, 1, 2), DEMO_STEPS, None, None, None, ("dtd",))
+FULL_DEMO = DemoConfig((1, 4, 16), (0, 1, 2), DEMO_STEPS, None, None, None, ("dtd",))  # the library's defaults
 QUICK_DEMO = DemoConfig((1, 4), (0,), 30, 20, 8, 5, ("dtd",), image_classes=15, image_eval=10)
 
 
@@ -81,7 +81,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="skip the CLIP image set even when the shared data is there")
     p.add_argument("--shots", nargs="+", type=int, help="support rows per class (default 1 4 16)")
     p.add_argument("--seeds", nargs="+", type=int, help="support draws (default 0 1 2)")
-    p.add_argument("--steps", help=f"LFA refinement steps or 'auto' (default {DEMO_STEPS}; 'auto' is slower)")
+    p.add_argument("--steps", help=f"LFA refinement steps or 'auto' (default {DEMO_STEPS}: chosen on the support)")
     p.add_argument("--paper", action="store_true",
                    help="run the paper's LFA exactly (LFA.paper) instead of the default")
     p.add_argument("-o", "--output", default=DEFAULT_REPORT_DIR, metavar="DIR",
@@ -265,13 +265,13 @@ def _first_rows_per_class(labels: np.ndarray, n_classes: int | None, per_class: 
 
 
 def _methods_note(steps: int | str) -> str:
-    lfa = (f"{steps} refinement steps" if steps != "auto" else "refinement steps chosen on the support")
+    lfa = (f"{steps} refinement steps" if steps != "auto" else "the refinement steps")
     return (
         "zero-shot = nearest class-name embedding (no support); class mean = nearest mean of the support rows; "
         "kNN = vote of the k nearest support rows (k = min(16, shots)); linear probe = logistic regression (C=1) "
-        f"on the support rows; LFA = AlignedIndex: β-Procrustes with β chosen by CV on the support, then {lfa}; "
-        "hybrid prototypes, centring, trained prototypes and map averaging only where held-out support rows "
-        "say they help (none with --paper). "
+        "on the support rows; LFA = AlignedIndex with LFA's defaults: β-Procrustes with β chosen by CV on the "
+        f"support (zero-shot kept unless a smaller β shows a significant gain), then {lfa}, the hybrid prototype "
+        "mix λ and the map chosen on cross-fitted held-out support rows (the paper's algorithm with --paper). "
         "Every method sees only the support rows (and the class names); accuracy on held-out rows."
     )
 

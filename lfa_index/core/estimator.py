@@ -34,7 +34,7 @@ from ..errors import (
 from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin
-from .validation import check_choice, check_embeddings, check_number
+from .validation import Interval, check_embeddings, validate_params
 
 _DEFAULT = RefineConfig()
 PROJECTIONS = ("auto", "widen", "shrink", False)
@@ -169,6 +169,38 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     >>> LFA(random_state=0).fit(X, ["cat", "dog", ...])     # no text: class means as prototypes
     """
 
+    _parameter_constraints: dict[str, list[Any]] = {
+        "beta": [("auto",), Interval(0.0, 1.0)],
+        "steps": [("auto",), Interval(0, None, integer=True)],
+        "projection": [PROJECTIONS],
+        "prototype_mix": [("auto",), Interval(0.0, 1.0)],
+        "support_prototypes": [SUPPORT_KINDS],
+        "refine_prototypes": [("auto", True, False)],
+        "center": [("auto", True, False)],
+        "mapping": [("auto",) + CLASS_MAPPINGS],
+        "keep_zero_shot": [(True, False)],
+        "new_class_map": [("auto", "ema")],
+        "k": [Interval(1, None, integer=True)],
+        "margin_scale": [Interval(0.0, None, closed="right")],
+        "lr": [Interval(0.0, None, closed="right")],
+        "weight_decay": [Interval(0.0, None)],
+        "final_lr": [Interval(0.0, None)],
+        "noise_std": [Interval(0.0, None)],
+        "dropout": [Interval(0.0, 1.0, closed="left")],
+        "batch_fraction": [Interval(0.0, 1.0, closed="right")],
+        "cv_splits": [Interval(1, None, integer=True)],
+        "cv_val_size": [Interval(0.0, 1.0, closed="neither")],
+        "n_rounds": [Interval(1, None, integer=True)],
+        "sinkhorn_reg": [Interval(0.0, None, closed="right")],
+        "temperature": [Interval(0.0, None, closed="right")],
+        "precision": [("float32", "bf16-mixed")],
+        "warm_start": [(True, False)],
+        "device": [str],
+        "random_state": [None, Interval(0, None, integer=True)],
+        "verbose": [(True, False)],
+    }
+    """What each parameter may be (checked at :meth:`fit`)."""
+
     def __init__(
         self,
         beta: float | str = "auto",
@@ -249,36 +281,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     # ------------------------------------------------------------------ parameters
     def _validate_params(self) -> None:
-        if self.beta != "auto":
-            check_number(self.beta, "beta", low=0.0, high=1.0)
-        if self.steps != "auto":
-            check_number(self.steps, "steps", low=0, integer=True)
-        check_choice(self.projection, "projection", PROJECTIONS)
-        if self.prototype_mix != "auto":
-            check_number(self.prototype_mix, "prototype_mix", low=0.0, high=1.0)
-        check_choice(self.support_prototypes, "support_prototypes", SUPPORT_KINDS)
-        check_choice(self.refine_prototypes, "refine_prototypes", ["auto", True, False])
-        check_choice(self.center, "center", ["auto", True, False])
-        check_choice(self.mapping, "mapping", ("auto",) + CLASS_MAPPINGS)
-        check_choice(self.keep_zero_shot, "keep_zero_shot", [True, False])
-        check_choice(self.new_class_map, "new_class_map", ["auto", "ema"])
-        check_number(self.k, "k", low=1, integer=True)
-        check_number(self.margin_scale, "margin_scale", low=0.0, low_inclusive=False)
-        check_number(self.lr, "lr", low=0.0, low_inclusive=False)
-        check_number(self.weight_decay, "weight_decay", low=0.0)
-        check_number(self.final_lr, "final_lr", low=0.0)
-        check_number(self.noise_std, "noise_std", low=0.0)
-        check_number(self.dropout, "dropout", low=0.0, high=1.0, high_inclusive=False)
-        check_number(self.batch_fraction, "batch_fraction", low=0.0, high=1.0, low_inclusive=False)
-        check_number(self.cv_splits, "cv_splits", low=1, integer=True)
-        check_number(self.cv_val_size, "cv_val_size", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
-        check_number(self.n_rounds, "n_rounds", low=1, integer=True)
-        check_number(self.sinkhorn_reg, "sinkhorn_reg", low=0.0, low_inclusive=False)
-        check_number(self.temperature, "temperature", low=0.0, low_inclusive=False)
-        check_choice(self.precision, "precision", ["float32", "bf16-mixed"])
-        check_choice(self.warm_start, "warm_start", [True, False])
-        if self.random_state is not None:
-            check_number(self.random_state, "random_state", low=0, integer=True)
+        validate_params(self.get_params(deep=False), self._parameter_constraints)
 
     def refine_config(self) -> RefineConfig:
         """The refinement settings of these parameters."""

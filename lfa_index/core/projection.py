@@ -10,9 +10,9 @@ narrower one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-import torch
-from sklearn.random_projection import GaussianRandomProjection
 
 
 def random_projection_matrix(n_features: int, n_components: int, random_state: int | None) -> np.ndarray:
@@ -20,6 +20,8 @@ def random_projection_matrix(n_features: int, n_components: int, random_state: i
 
     Entries are drawn N(0, 1/n_components) by scikit-learn; the same seed gives the same matrix.
     """
+    from sklearn.random_projection import GaussianRandomProjection  # a fit-time dependency
+
     proj = GaussianRandomProjection(n_components=n_components, random_state=random_state)
     proj.fit(np.zeros((1, n_features), dtype=np.float32))
     return np.asarray(proj.components_, dtype=np.float32)
@@ -38,6 +40,8 @@ def isometric_embedding_matrix(n_features: int, n_components: int, random_state:
     return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
 
 
-def project(x: torch.Tensor, components: torch.Tensor) -> torch.Tensor:
-    """Project rows (or views) of ``x`` with ``components`` (k, d) and L2-normalise the result."""
-    return torch.nn.functional.normalize(x @ components.T, dim=-1)
+def project(x: Any, components: Any) -> Any:
+    """Project rows (or views) of the torch tensor ``x`` with ``components`` (k, d) and L2-normalise them."""
+    import torch.nn.functional as F
+
+    return F.normalize(x @ components.T, dim=-1)

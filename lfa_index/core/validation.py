@@ -8,7 +8,8 @@ they never modify their input. numpy only: answering queries needs no torch.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +49,21 @@ def _to_numpy(x: ArrayLike, name: str) -> np.ndarray:
         raise InvalidInputError(f"{name} must be a numeric array; could not convert it: {err}") from err
 
 
+def as_real_array(x: ArrayLike, name: str) -> np.ndarray:
+    """``x`` as a numpy array of real numbers (no copy when it already is one); typed errors otherwise."""
+    arr = _to_numpy(x, name)
+    if np.iscomplexobj(arr):
+        raise InvalidInputError(f"Complex data not supported: {name} must hold real numbers, got dtype {arr.dtype}.")
+    if arr.dtype == object:  # numbers in an object array (e.g. from pandas) are numbers
+        try:
+            arr = arr.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise InputTypeError(f"{name} holds values that are not numbers ({err}); pass a float array.") from err
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array.")
+    return arr
+
+
 def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.ndarray:
     """A new C-contiguous float32 array of ``x``, checked: the one validator of every array input.
 
@@ -58,16 +74,7 @@ def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.n
     below 1e-15 are divided by it (their direction is all LFA uses), so norms never overflow or
     fall into the denormal range.
     """
-    arr = _to_numpy(x, name)
-    if np.iscomplexobj(arr):
-        raise InvalidInputError(f"Complex data not supported: {name} must hold real numbers, got dtype {arr.dtype}.")
-    if arr.dtype == object:
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise InputTypeError(f"{name} holds values that are not numbers ({err}); pass a float array.") from err
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array.")
+    arr = as_real_array(x, name)
     if arr.ndim not in ndims:
         shapes = " or ".join(_shape_hint(n) for n in ndims)
         hint = " Reshape your data: a single row is x.reshape(1, -1)." if arr.ndim == 1 else ""
@@ -198,3 +205,66 @@ def check_ids(
     if (counts > 1).any():
         raise duplicate_error(f"ids repeat within this batch: {unique[counts > 1][:5].tolist()}; pass distinct ids.")
     return arr
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A parameter constraint: a number in ``[low, high]`` (``closed`` says which ends belong to it)."""
+
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"  # "both", "left", "right" or "neither"
+    integer: bool = False
+
+    def check(self, value: Any, name: str) -> None:
+        check_number(value, name, low=self.low, high=self.high, low_inclusive=self.closed in ("both", "left"),
+                     high_inclusive=self.closed in ("both", "right"), integer=self.integer)
+
+
+def validate_params(params: Mapping[str, Any], constraints: Mapping[str, Sequence[Any]]) -> None:
+    """Raise :class:`InvalidParameterError` unless every parameter meets one of its constraints.
+
+    A constraint is an :class:`Interval`, a tuple of allowed values, ``None`` or a type (checked
+    with ``isinstance``), as in scikit-learn's ``_parameter_constraints`` tables.
+    """
+    for name, allowed in constraints.items():
+        value = params[name]
+        interval_error = None
+        for constraint in allowed:
+            if constraint is None:
+                if value is None:
+                    break
+            elif isinstance(constraint, tuple):
+                if any(value is c or (type(value) is type(c) and value == c) for c in constraint):
+                    break
+            elif isinstance(constraint, Interval):
+                try:
+                    constraint.check(value, name)
+                    break
+                except InvalidParameterError as err:
+                    interval_error = err
+            elif isinstance(value, constraint) and not isinstance(value, bool):
+                break
+        else:
+            if interval_error is not None and isinstance(value, numbers.Real) and not isinstance(value, bool):
+                raise interval_error
+            raise InvalidParameterError(f"{name} must be {_describe(allowed)}, got {value!r}.")
+
+
+def _describe(allowed: Sequence[Any]) -> str:
+    parts = []
+    for constraint in allowed:
+        if constraint is None:
+            parts.append("None")
+        elif isinstance(constraint, tuple):
+            parts.append("one of " + ", ".join(repr(c) for c in constraint))
+        elif isinstance(constraint, Interval):
+            kind = "an integer" if constraint.integer else "a number"
+            lo = "-inf" if constraint.low is None else constraint.low
+            hi = "inf" if constraint.high is None else constraint.high
+            left = "[" if constraint.closed in ("both", "left") else "("
+            right = "]" if constraint.closed in ("both", "right") else ")"
+            parts.append(f"{kind} in {left}{lo}, {hi}{right}")
+        else:
+            parts.append(f"a {getattr(constraint, '__name__', constraint)}")
+    return " or ".join(parts)

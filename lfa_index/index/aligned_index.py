@@ -10,14 +10,11 @@ from typing import Any, Callable
 
 import faiss
 import numpy as np
-from scipy.special import softmax
-from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.utils._param_validation import InvalidParameterError as _SklearnParameterError
-from sklearn.utils._param_validation import StrOptions
 
 from ..arrays import MAPPINGS, Mapping
+from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
-from ..core.validation import check_embeddings, check_number
+from ..core.validation import check_embeddings, check_number, validate_params
 from ..errors import (
     DimensionMismatchError,
     EmptyIndexError,
@@ -88,7 +85,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         "lfa": [LFA, None],
         "corpus_factory": [str],
         "corpus_params": [str, None],
-        "corpus_mapping": [StrOptions(set(MAPPINGS))],
+        "corpus_mapping": [MAPPINGS],
     }
 
     def __init__(
@@ -212,7 +209,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """``softmax(aligned score / temperature)``, (n, C), columns in ``classes_`` order."""
-        return softmax(self.decision_function(X) / np.float32(self.lfa_.temperature), axis=1).astype(np.float32)
+        logits = self.decision_function(X).astype(np.float64) / self.lfa_.temperature
+        proba = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return (proba / proba.sum(axis=1, keepdims=True)).astype(np.float32)
 
     def rejection_threshold(self, accept_rate: float = 0.95, img_emb: Any = None) -> float:
         """τ for ``predict(reject_below=τ)`` accepting ``accept_rate`` of known-class queries.
@@ -370,10 +369,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._lock = threading.RLock()
 
     def _check_params(self) -> None:
-        try:
-            self._validate_params()
-        except _SklearnParameterError as err:
-            raise InvalidParameterError(str(err)) from err
+        validate_params(self.get_params(deep=False), self._parameter_constraints)
 
     def _check_fitted(self) -> None:
         if self._table is None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any, Literal, Sequence
 
 import numpy as np
-import torch
 
 from ..core.validation import check_labels
 from ..errors import InvalidParameterError, LabelError, ShapeError
@@ -187,7 +186,7 @@ def check_class_names(names: Any, n_classes: int, required: bool = False) -> lis
 
 
 def _as_array(labels: Any) -> np.ndarray:
-    return labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    return labels.detach().cpu().numpy() if type(labels).__module__.startswith("torch") else np.asarray(labels)
 
 
 def _check_rows(arr: np.ndarray, n_rows: int | None, name: str) -> None:

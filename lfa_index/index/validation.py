@@ -6,16 +6,9 @@ from typing import Any
 
 import faiss
 import numpy as np
-import torch
 
-from ..errors import (
-    DimensionMismatchError,
-    InputTypeError,
-    InvalidInputError,
-    NonFiniteError,
-    ShapeError,
-    ZeroNormError,
-)
+from ..core.validation import as_real_array
+from ..errors import DimensionMismatchError, NonFiniteError, ShapeError, ZeroNormError
 
 # Squared row norms outside this range lose bits in float32 (overflow, or squares in the denormal
 # range): such rows are rescaled to a largest entry of 1, which leaves every answer unchanged.
@@ -31,20 +24,7 @@ def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False)
     query's norm. Raises :class:`ShapeError`, :class:`DimensionMismatchError`,
     :class:`NonFiniteError` or :class:`ZeroNormError`.
     """
-    if isinstance(X, torch.Tensor):
-        X = X.detach().cpu()
-        X = (X.float() if X.dtype == torch.bfloat16 else X).numpy()
-    try:
-        arr = np.asarray(X)
-    except (TypeError, ValueError) as err:
-        raise InvalidInputError(f"{name} must be a numeric array; could not convert it: {err}") from err
-    if arr.dtype == object:  # numbers in an object array (e.g. from pandas) are numbers
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise InputTypeError(f"{name} holds values that are not numbers ({err}); pass a float array.") from err
-    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}; pass a float array.")
+    arr = as_real_array(X, name)
     if arr.ndim != 2:
         hint = f" e.g. {name}.reshape(1, -1) for a single query" if arr.ndim == 1 else ""
         raise ShapeError(f"{name} must have shape (n_queries, {dim}), got an array of shape {arr.shape};{hint}.")
