@@ -79,10 +79,12 @@ def load_task(root: Path | None, shots: int = 16, seed: int = 0, eval_rows: int 
             members = np.flatnonzero(data.eval_labels == c)
             rank[members] = np.arange(len(members))
         rows = np.sort(np.lexsort((rows, rank))[:eval_rows])
-    return {
-        "support": data.pool_features[support], "labels": data.pool_labels[support],
+    names = np.asarray(data.class_names)
+    return {  # labels are class names, as a store's label field holds them
+        "support": data.pool_features[support], "labels": names[data.pool_labels[support]],
         "prototypes": data.prototypes, "names": data.class_names,
-        "eval": np.ascontiguousarray(data.eval_features[rows], dtype=np.float32), "eval_labels": data.eval_labels[rows],
+        "eval": np.ascontiguousarray(data.eval_features[rows], dtype=np.float32),
+        "eval_labels": names[data.eval_labels[rows]],
         "ids": np.arange(len(rows), dtype=np.int64) * 2 + 1,  # not row numbers: ids travel through the store
         "text_queries": data.prototypes,
     }
@@ -242,7 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     classifiers = {
-        kind: {"accuracy": float(np.mean(ix.predict(task["eval"]) == np.asarray(task["names"])[task["eval_labels"]])),
+        kind: {"accuracy": float(np.mean(ix.predict(task["eval"]) == task["eval_labels"])),
                "augmented": bool(ix.augmented_), "beta": float(ix.lfa_.beta_), "steps": int(ix.lfa_.steps_),
                "options": CLASSIFIERS[kind]}
         for kind, ix in indexes.items()

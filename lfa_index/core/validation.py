@@ -90,7 +90,8 @@ def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.n
     if not finite.all():
         bad = int((~finite).reshape(arr.shape[0], -1).any(axis=1).sum())
         raise NonFiniteError(f"{name} holds NaN or infinite values in {bad} row(s); drop or repair those rows first.")
-    out = np.array(work, dtype=np.float32, order="C", copy=True)
+    with np.errstate(over="ignore"):  # rows beyond float32's range are rescaled just below
+        out = np.array(work, dtype=np.float32, order="C", copy=True)
     vectors, flat = work.reshape(-1, work.shape[-1]), out.reshape(-1, out.shape[-1])
     scale = np.abs(vectors).max(axis=1)
     rescale = (scale > _SAFE_MAX) | ((scale < _SAFE_MIN) & (scale > 0))

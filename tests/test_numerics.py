@@ -1,0 +1,51 @@
+"""Embeddings whose norms overflow float32 or fall into its denormal range give the same answers as
+ordinary ones: LFA and AlignedIndex use directions only, and agree on what they accept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from synthetic import planted_gap_problem
+
+from lfa_index import LFA, AlignedIndex, NonFiniteError, ZeroNormError
+
+OPTIONS = dict(steps=10, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return planted_gap_problem(n_classes=6, n_test=20, seed=7)
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e20, 1e-22, 1e-40])
+def test_support_rows_of_extreme_norm_fit_the_same_classifier(problem, scale):
+    x, y, p, xt, yt = problem
+    plain = LFA(**OPTIONS).fit(x, y, p)
+    scaled = LFA(**OPTIONS).fit(x.astype(np.float64) * scale, y, p)
+    np.testing.assert_array_equal(scaled.predict(xt), plain.predict(xt))
+    assert np.isfinite(scaled.predict_proba(xt)).all()
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(x.astype(np.float64) * scale, y, p)
+    np.testing.assert_array_equal(index.predict(xt), plain.predict(xt))
+
+
+@pytest.mark.parametrize("scale", [1e-22, 1e-30, 1e20, 1e300])
+def test_queries_of_extreme_norm_get_finite_scores_equal_to_ordinary_ones(problem, scale):
+    x, y, p, xt, _ = problem
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(x, y, p)
+    scores, labels = index.search(xt, 3)
+    tiny_scores, tiny_labels = index.search(xt.astype(np.float64) * scale, 3)
+    assert np.isfinite(tiny_scores).all()
+    np.testing.assert_array_equal(tiny_labels, labels)
+    np.testing.assert_allclose(tiny_scores, scores, rtol=1e-5, atol=1e-6)
+    lfa_scores = index.lfa_.decision_function(xt.astype(np.float64) * scale)
+    np.testing.assert_allclose(lfa_scores, index.lfa_.decision_function(xt), rtol=1e-5, atol=1e-6)
+
+
+def test_lfa_and_the_index_refuse_the_same_inputs(problem):
+    x, y, p, xt, _ = problem
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(x, y, p)
+    for bad, error in ((np.zeros_like(xt), ZeroNormError), (np.full_like(xt, np.nan), NonFiniteError),
+                       (np.full(xt.shape, 1e39, dtype=np.float64) * np.inf, NonFiniteError)):
+        for call in (index.predict, index.lfa_.predict):
+            with pytest.raises(error):
+                call(bad)
