@@ -525,3 +525,12 @@ def test_image_folder_through_a_real_backbone_skips_unreadable_images(image_fold
     rows = read_csv(out)
     assert len(rows) == 9 and not any(r["query"].endswith("broken.jpg") for r in rows)
     assert "skipped 1 of 10" in err
+
+
+def test_fit_ends_with_the_summary_of_its_choices_and_saves_it(files, capsys):
+    code, _, err = run(capsys, "fit", "--support", files / "support_int.npy", "--labels", files / "labels_int.npy",
+                       "--prototypes", files / "prototypes.npy", "--device", "cpu", "-o", files / "idx_summary")
+    assert code == 0, err
+    summary = AlignedIndex.load(files / "idx_summary").lfa_.summary_
+    assert summary.startswith("LFA fit: β=") and "steps" in summary and summary.endswith(" s")
+    assert summary in err

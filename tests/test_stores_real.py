@@ -9,6 +9,8 @@ benchmarks/data.py.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lfa_index.data import SHARED_DATA_ENV, find_shared_data, has_clip_set
@@ -93,3 +95,13 @@ def test_query_side_recall_grows_with_overfetch_to_exact_and_matches_faiss(resul
     assert values == sorted(values), recall  # a larger over-fetch re-ranks a superset of candidates
     assert recall["full"] == 1.0  # every row re-ranked: the exact aligned search
     assert recall == results["faiss"][kind]["unaligned_recall_at_10"]  # exact engines fetch the same candidates
+
+
+def test_the_benchmark_prints_its_table_and_writes_its_json(bench, tmp_path, capsys):
+    out = tmp_path / "stores_real.json"
+    bench.main(["--eval-rows", "60", "--stores", "faiss", "--steps", "5", "--beta", "0.15", "--workdir", str(tmp_path),
+                "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert report["params"]["eval_rows"] == 60 and list(report["stores"]) == ["faiss"]
+    assert report["stores"]["faiss"]["biased"]["unaligned_recall_at_10"]["full"] == 1.0
+    assert "recall@10 of search_unaligned" in capsys.readouterr().out

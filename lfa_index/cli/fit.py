@@ -92,8 +92,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     index.save(args.out)
     lfa = index.lfa_
     console.note(
-        f"saved {args.out}: {len(index.classes_)} classes, {len(support.ids)} support rows, β={lfa.beta_:g}, "
-        f"{lfa.steps_} steps, support hubness {100 * lfa.hubness_init_:.1f}% → {100 * lfa.hubness_:.1f}%"
+        f"saved {args.out}: {len(index.classes_)} classes, {len(support.ids)} support rows, "
+        f"support hubness {100 * lfa.hubness_init_:.1f}% → {100 * lfa.hubness_:.1f}%"
         + (f", corpus of {index.corpus_size_}" if args.corpus else "")
+        + "; the fit's summary line above is saved with it"
     )
     return 0

@@ -9,7 +9,7 @@ from typing import Any
 
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
-from lfa_index.stores.uri import URI_EXAMPLES, URI_FORM
+from lfa_index.stores.uri import URI_FORMS
 
 from .errors import CLIError
 from .readers import EMBEDDING_FILES, LABEL_COLUMNS
@@ -17,10 +17,7 @@ from .readers import EMBEDDING_FILES, LABEL_COLUMNS
 CACHE_ENV = "LFA_INDEX_CACHE"
 DEFAULT_REPORT_DIR = "lfa_report"
 FORMATTER = argparse.RawDescriptionHelpFormatter
-STORE_URI_FORMS = (
-    f"store URIs: {URI_FORM}, e.g. {URI_EXAMPLES}; milvus:/qdrant:/chroma: also take a server "
-    "URL (milvus:http://host:19530#images). Credentials: $MILVUS_TOKEN, $QDRANT_API_KEY, $LANCEDB_API_KEY."
-)
+STORE_URI_FORMS = URI_FORMS
 
 
 # ----------------------------------------------------------------------------------- argparse groups

@@ -21,6 +21,7 @@ from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, refine
 from .selection import (
+    CLOSED_FORM_FOLDS,
     CLOSED_FORM_REPEATS,
     N_FOLDS,
     ONE_SHOT_MIX,
@@ -183,7 +184,7 @@ def fit_supervised(
             progress.total = len(variants) * len(folds) * horizon + horizon
             progress.refresh()
         repeats = [folds] if horizon > 0 else \
-            [folds] + [support_folds(y_np, N_FOLDS, seed + r) for r in range(1, CLOSED_FORM_REPEATS)]
+            [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r) for r in range(CLOSED_FORM_REPEATS)]
         evidence = Evidence.mean([cross_fitted_evidence(
             variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=asked.mixes,
             mappings=asked.mappings, support_kind=asked.support_kind, config=config, random_state=seed,

@@ -15,7 +15,7 @@ Example
 >>> open_store("milvus:./vectors.db#prototypes").count()
 """
 
-from ..errors import MissingExtraError, SchemaError, StoreUnavailableError
+from ..errors import CollectionNotFoundError, MissingExtraError, SchemaError, StoreUnavailableError, StoreURIError
 from .aligned import (
     MAPPING_FIELD,
     add_aligned,
@@ -57,6 +57,8 @@ __all__ = [
     "parse_store_uri",
     "StoreURI",
     "StoreUnavailableError",
+    "StoreURIError",
+    "CollectionNotFoundError",
     "SchemaError",
     "MissingExtraError",
 ]

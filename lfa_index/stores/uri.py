@@ -51,6 +51,12 @@ URI_EXAMPLES = (
     "qdrant:./qdrant_dir#images, chroma:./chroma_dir#images, lancedb:./lance_dir#images"
 )
 CREDENTIALS = {"milvus": "MILVUS_TOKEN", "qdrant": "QDRANT_API_KEY", "lancedb": "LANCEDB_API_KEY"}
+URI_FORMS = """store URI forms (SCHEME:LOCATION#COLLECTION; the collection after the last '#'):
+  faiss:DIR[#NAME]                                 a FAISS store saved in directory DIR (or DIR/NAME)
+  milvus:FILE.db#C | milvus:http://host:19530#C    Milvus Lite file, or server (token: $MILVUS_TOKEN)
+  qdrant::memory:#C | qdrant:DIR#C | qdrant:URL#C  Qdrant in process, local mode, server ($QDRANT_API_KEY)
+  chroma:DIR#C | chroma::memory:#C | chroma:URL#C  Chroma persistent, in process, server
+  lancedb:DIR#T | lancedb:s3://...#T | lancedb:db://NAME#T   LanceDB ($LANCEDB_API_KEY for db://)"""
 
 
 @dataclass(frozen=True)
