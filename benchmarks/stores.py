@@ -38,7 +38,8 @@ import faiss
 import numpy as np
 import torch
 
-from lfa_index import LFA, AlignedIndex
+from benchmarks.search import fit_index, recall_at, synthetic_task
+from lfa_index import AlignedIndex
 from lfa_index.stores import (
     ChromaStore,
     FaissStore,
@@ -55,33 +56,6 @@ from lfa_index.stores import (
 RESULTS = Path(__file__).parent / "results"
 STORES = ("faiss", "milvus", "qdrant", "chroma", "lancedb")
 CLIENTS = {"milvus": "pymilvus", "qdrant": "qdrant-client", "chroma": "chromadb", "lancedb": "lancedb"}
-
-
-# ------------------------------------------------------------------ data
-def normalize(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def synthetic_task(n_classes: int, dim: int, seed: int = 0):
-    """Class prototypes (C, d) and an image sampler: class c draws ``normalize((m_c + 0.7 e) R D)``
-    (decaying spectrum, a random rotation R and a distortion D standing in for the modality gap)."""
-    rng = np.random.default_rng(seed)
-    spectrum = (np.arange(1, dim + 1) ** -0.5).astype(np.float32)
-    rotation = np.linalg.qr(rng.standard_normal((dim, dim)))[0].astype(np.float32)
-    distortion = (np.eye(dim) + 0.3 * rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
-    means = rng.standard_normal((n_classes, dim)).astype(np.float32) * spectrum
-
-    def images(n: int, seed: int, labels: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        r = np.random.default_rng(seed)
-        labels = r.integers(0, n_classes, n) if labels is None else labels
-        out = np.empty((n, dim), dtype=np.float32)
-        for s in range(0, n, 65536):
-            part = labels[s : s + 65536]
-            noise = 0.7 * r.standard_normal((len(part), dim)).astype(np.float32) * spectrum
-            out[s : s + 65536] = normalize((means[part] + noise) @ rotation @ distortion)
-        return out, labels
-
-    return normalize(means @ rotation).astype(np.float32), images
 
 
 # ------------------------------------------------------------------ stores
@@ -103,6 +77,7 @@ def open_store(name: str, collection: str, dim: int, workdir: Path, args: argpar
 
 
 def close(store: VectorStore) -> None:
+    """Drop the store's collection and close it; a failure is printed, not raised."""
     for method in ("drop", "close"):
         fn = getattr(store, method, None)
         if callable(fn):
@@ -123,9 +98,15 @@ def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return float(np.median(times)), out
 
 
-def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
-    k = truth.shape[1]
-    return float(np.mean([len(set(f[:k]) & set(t)) / k for f, t in zip(found, truth)]))
+def client_versions() -> dict[str, str]:
+    """Versions of Python, numpy, FAISS and of each installed engine client."""
+    versions = {"python": platform.python_version(), "numpy": np.__version__, "faiss": faiss.__version__}
+    for dist in CLIENTS.values():
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def bench_store(name: str, index: AlignedIndex, data: dict[str, np.ndarray], reference: dict[str, Any],
@@ -183,6 +164,13 @@ def print_report(report: dict[str, Any]) -> None:
               f"{ratio('search_queries_per_s')}{r['search_recall_at_k_vs_faiss']:>10.3f}")
 
 
+def write_report(report: dict[str, Any], out: Path) -> None:
+    """Write ``report`` as JSON to ``out``, making its folder, and say so."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    print(f"\nwrote {out}")
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="corpus rows")
@@ -213,9 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if "faiss" in args.stores:  # the reference runs first: recall of the others is measured against it
         args.stores = ["faiss"] + [s for s in args.stores if s != "faiss"]
-    prototypes, images = synthetic_task(args.classes, args.dim)
-    support, labels = images(2 * args.classes, seed=1, labels=np.repeat(np.arange(args.classes), 2))
-    index = AlignedIndex(lfa=LFA(beta=0.5, steps=20, device="cpu", random_state=0)).fit(support, labels, prototypes)
+    prototypes, support, labels, images = synthetic_task(args.classes, args.dim, shots=2)
+    index = fit_index(prototypes, support, labels, "cpu")
     corpus, _ = images(args.n, seed=2)
     queries, _ = images(args.queries, seed=3)
     text = prototypes[np.random.default_rng(4).integers(0, args.classes, args.search_queries)]
@@ -223,16 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "aligned": index.transform(corpus), "ids": np.arange(args.n, dtype=np.int64) * 2 + 1,
         "queries": queries, "text": text, "predicted": index.predict(queries),
     }
-    versions = {"python": platform.python_version(), "numpy": np.__version__, "faiss": faiss.__version__}
-    for name, dist in CLIENTS.items():
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     meta = {
         "command": "python -m benchmarks.stores " + " ".join(sys.argv[1:] if argv is None else argv),
         "cpu_count": os.cpu_count(), "faiss_threads": faiss.omp_get_max_threads(),
-        "torch_threads": torch.get_num_threads(), "versions": versions, "load_average_at_start": os.getloadavg(),
+        "torch_threads": torch.get_num_threads(), "versions": client_versions(),
+        "load_average_at_start": os.getloadavg(),
     }
     workdir = Path(tempfile.mkdtemp(prefix="lfa_stores_", dir=args.workdir))
     results: dict[str, Any] = {}
@@ -255,10 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "repeats": args.repeats}
     report = {"params": params, "stores": results, "meta": meta}
     print_report(report)
-    out = args.out or RESULTS / f"stores{'_quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    write_report(report, args.out or RESULTS / f"stores{'_quick' if args.quick else ''}.json")
     return 0
 
 

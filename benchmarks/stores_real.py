@@ -27,10 +27,7 @@ Prints a table and writes ``benchmarks/results/stores_real.json``.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -42,6 +39,7 @@ import faiss
 import numpy as np
 
 from benchmarks.data import add_data_argument, load_set, sample_support
+from benchmarks.stores import RESULTS, STORES, client_versions, close, write_report
 from lfa_index import LFA, AlignedIndex
 from lfa_index.stores import (
     add_aligned,
@@ -54,9 +52,6 @@ from lfa_index.stores import (
     write_prototypes,
 )
 
-RESULTS = Path(__file__).parent / "results"
-STORES = ("faiss", "milvus", "qdrant", "chroma", "lancedb")
-CLIENTS = {"milvus": "pymilvus", "qdrant": "qdrant-client", "chroma": "chromadb", "lancedb": "lancedb"}
 OVERFETCH = (1, 2, 5, 10)
 K = 10
 CLASSIFIERS = {  # the two layouts of folded prototypes: d coordinates, and d + 1 (bias)
@@ -115,13 +110,6 @@ def fresh_store(name: str, collection: str, dim: int, workdir: Path, ef_search: 
     store = open_store(store_uri(name, collection, workdir), dim=dim, **options)
     store.clear()
     return store
-
-
-def close(store: Any) -> None:
-    for method in ("drop", "close"):
-        fn = getattr(store, method, None)
-        if callable(fn):
-            fn()
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
@@ -249,12 +237,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                "options": CLASSIFIERS[kind]}
         for kind, ix in indexes.items()
     }
-    versions = {"python": platform.python_version(), "numpy": np.__version__, "faiss": faiss.__version__}
-    for dist in CLIENTS.values():
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     return {
         "params": {"set": "dtd", "shots": args.shots, "seed": args.seed, "steps": args.steps, "beta": args.beta,
                    "eval_rows": len(task["eval"]), "text_queries": len(task["text_queries"]), "k": K,
@@ -262,7 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "classifiers": classifiers,
         "stores": results,
         "meta": {"command": "python -m benchmarks.stores_real " + " ".join(sys.argv[1:]), "cpu_count": os.cpu_count(),
-                 "runtime_s": time.perf_counter() - started, "versions": versions},
+                 "runtime_s": time.perf_counter() - started, "versions": client_versions()},
     }
 
 
@@ -275,10 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     report = run(args)
     print_report(report)
-    out = args.out or RESULTS / "stores_real.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    print(f"\nwrote {out}")
+    write_report(report, args.out or RESULTS / "stores_real.json")
     return 0
 
 

@@ -8,18 +8,24 @@ object, lists, torch tensors) and non-contiguous or read-only layouts.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import numpy as np
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 
 def cases(n: int) -> settings:
-    """``n`` reproducible cases (derandomized, no example database), no deadline."""
+    """``n`` reproducible cases (derandomized, no example database), no deadline.
+
+    A failing case is reported as generated, not shrunk (shrinking cases that fit estimators takes
+    minutes); set ``LFA_HYPOTHESIS_SHRINK=1`` to shrink it.
+    """
+    phases = tuple(Phase) if os.environ.get("LFA_HYPOTHESIS_SHRINK") else (Phase.explicit, Phase.generate)
     return settings(
-        max_examples=n, deadline=None, derandomize=True, database=None, print_blob=True,
+        max_examples=n, deadline=None, derandomize=True, database=None, print_blob=True, phases=phases,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 

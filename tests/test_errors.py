@@ -45,11 +45,31 @@ def test_no_other_module_defines_an_error_class():
     root = Path(lfa_index.__file__).parent
     defined = []
     for path in root.rglob("*.py"):
-        if path.name == "errors.py" and path.parent == root or path.name == "persistence.py":
-            continue  # persistence.py keeps its copies until it imports them (see lfa_index.index.format)
+        if path.name == "errors.py" and path.parent == root:
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(
                 getattr(base, "id", getattr(base, "attr", "")).endswith(("Error", "Warning")) for base in node.bases
             ):
                 defined.append(f"{path.relative_to(root)}:{node.name}")
     assert not defined
+
+
+def test_the_persistence_errors_are_the_errors_modules_and_still_import_from_persistence():
+    from lfa_index import persistence
+
+    names = ("IndexFormatError", "IndexVersionError", "IndexNotFoundError", "IndexPathError", "IndexPermissionError")
+    for name in names:
+        assert getattr(persistence, name) is getattr(errors, name)
+    assert issubclass(errors.IndexNotFoundError, errors.IndexFormatError)
+    assert issubclass(errors.IndexNotFoundError, FileNotFoundError)
+    assert issubclass(errors.IndexPermissionError, PermissionError)
+
+
+def test_loading_nothing_raises_the_not_found_error(tmp_path):
+    with pytest.raises(errors.IndexNotFoundError, match="no index directory"):
+        lfa_index.AlignedIndex.load(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(errors.IndexFormatError, match="is a file") as caught:
+        lfa_index.AlignedIndex.load(tmp_path / "file")
+    assert not isinstance(caught.value, FileNotFoundError)

@@ -359,6 +359,22 @@ def test_an_index_moved_aside_by_a_crashed_old_version_is_recovered(data, tmp_pa
     only_ours_left(path)
 
 
+def test_the_command_line_recovers_an_index_moved_aside_by_a_crashed_old_version(tmp_path, capsys):
+    """`lfa-index predict` loads the index (which recovers it) instead of first saying "no index at"."""
+    from lfa_index import cli
+
+    shutil.copytree(V1, tmp_path / ".ix.abcd1234.old")
+    queries = AlignedIndex.load(V1).support_embeddings_[:3]
+    np.save(tmp_path / "q.npy", queries)
+    code = cli.main(["predict", "-q", str(tmp_path / "ix"), "--queries", str(tmp_path / "q.npy")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert (tmp_path / "ix").is_dir() and not (tmp_path / ".ix.abcd1234.old").exists()
+    assert len(out.strip().splitlines()) == 1 + len(queries)  # a header and one line per query
+    code = cli.main(["predict", "-q", str(tmp_path / "none"), "--queries", str(tmp_path / "q.npy")])
+    assert code == 1 and "no index at" in capsys.readouterr().err
+
+
 def _stress_writer(path, writer, stop_at, errors):
     seq = 0
     try:

@@ -9,6 +9,7 @@ import textwrap
 import faiss
 import numpy as np
 import pytest
+from store_tasks import NAMES, check_support_from_store, fit_named, make_task, own_corpus_search, random_corpus
 
 from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidInputError, InvalidParameterError
 from lfa_index.stores import (
@@ -31,22 +32,9 @@ pymilvus = pytest.importorskip("pymilvus", reason="needs the [milvus] extra")
 from lfa_index.stores import MilvusStore  # noqa: E402
 
 OPTIONS = dict(beta=0.5, steps=5, prototype_mix=0.0, device="cpu", random_state=0)  # the plain, unbiased layout
-NAMES = [f"class_{i}" for i in range(12)]
 
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
-
-
-def make_task(d_img=32, d_txt=24, n_classes=12, shots=4, n_queries=300, seed=0):
-    """Support images around a random linear image of their class's text prototype, plus queries."""
-    rng = np.random.default_rng(seed)
-    text = rng.standard_normal((n_classes, d_txt)).astype(np.float32)
-    mix = rng.standard_normal((d_txt, d_img)).astype(np.float32)
-    labels = np.repeat(np.arange(n_classes), shots)
-    support = text[labels] @ mix + 0.8 * rng.standard_normal((len(labels), d_img))
-    query_labels = rng.integers(0, n_classes, n_queries)
-    queries = text[query_labels] @ mix + 0.8 * rng.standard_normal((n_queries, d_img))
-    return support.astype(np.float32), labels, text, queries.astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +44,7 @@ def task():
 
 @pytest.fixture(scope="module")
 def index(task):
-    support, labels, text, _ = task
-    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    return fit_named(task, OPTIONS)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +55,7 @@ def milvus_uri(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def corpus():
-    rng = np.random.default_rng(7)
-    return rng.standard_normal((1500, 32)).astype(np.float32), rng.standard_normal((25, 24)).astype(np.float32)
+    return random_corpus()
 
 
 # ------------------------------------------------------------------------------ classification
@@ -143,7 +129,7 @@ def test_biased_centred_classifier_is_exact_in_faiss_and_milvus_stores(task, cor
     # corpora: the aligned store holds index.transform(x), searched as the index's own corpus
     images, text_queries = corpus
     ids = np.arange(len(images))
-    _, own = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, own = own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
     aligned = add_aligned(index, FaissStore(dim=index.prototypes_.shape[1]), images, ids)
     np.testing.assert_array_equal(search_aligned(index, aligned, text_queries, k=10)[1], own)
     raw = FaissStore(dim=images.shape[1]).add(images, ids=ids)
@@ -171,15 +157,8 @@ def test_reindexed_corpus_in_milvus_returns_the_faiss_top_k(index, corpus, milvu
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
     # and both equal the index's own aligned corpus
-    _, own = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, own = own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
     np.testing.assert_array_equal(found, own)
-
-
-def _own_corpus_search(index, images, ids, text_queries, k, path):
-    """The same index (a saved copy) with the images in its own FAISS corpus: the exact aligned search."""
-    own = AlignedIndex.load(index.save(path))
-    own.add(images, ids=ids)
-    return own.search_text(text_queries, k=k)
 
 
 def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_overfetch(
@@ -187,7 +166,7 @@ def test_query_side_milvus_search_reports_recall_at_10_and_is_exact_with_full_ov
 ):
     images, text_queries = corpus
     ids = np.arange(len(images))
-    _, exact = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, exact = own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
     with MilvusStore(milvus_uri, "corpus_raw", dim=index.n_features_in_) as raw:
         raw.add(images, ids=ids)
         recall = {}
@@ -218,17 +197,8 @@ def _recall(found: np.ndarray, exact: np.ndarray) -> float:
 
 # ------------------------------------------------------------------------------ support sets
 def test_support_pulled_from_milvus_by_label_fits_the_same_index(task, milvus_uri):
-    support, labels, text, queries = task
-    names = np.array(NAMES)[labels]
-    shuffled = np.random.default_rng(3).permutation(len(support))
-    with MilvusStore(milvus_uri, "labelled", dim=support.shape[1]) as store:
-        store.add(support[shuffled], ids=shuffled, fields={"label": names[shuffled]})
-        X, y = support_from_store(store, label_field="label", batch_size=7)
-    np.testing.assert_array_equal(X, support)
-    np.testing.assert_array_equal(y, names)
-    from_store = AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, text, class_names=NAMES)
-    direct = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, names, text, class_names=NAMES)
-    np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
+    with MilvusStore(milvus_uri, "labelled", dim=task[0].shape[1]) as store:
+        check_support_from_store(store, task, OPTIONS)
 
 
 def test_faiss_store_add_replaces_held_ids_and_filters_by_field():

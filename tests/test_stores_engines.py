@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
+from store_tasks import NAMES, check_support_from_store, fit_named, make_task, own_corpus_search, random_corpus
 
 from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidParameterError
 from lfa_index.stores import (
@@ -39,33 +40,18 @@ ENGINES = {  # engine -> (client module, extra)
 OPTIONS = dict(beta=0.5, steps=20, prototype_mix=0.0, device="cpu", random_state=0)  # the plain, unbiased layout
 # class biases (discriminant mix), centred rows, trained prototypes, averaged maps: folded rows get d+1 coordinates
 BIASED = dict(OPTIONS, prototype_mix=0.5, center=True, refine_prototypes=True, mapping="average")
-NAMES = [f"class_{i}" for i in range(12)]
 
 pytestmark = pytest.mark.usefixtures("single_threaded", "no_network")
 
 
-def make_task(d_img=32, d_txt=24, n_classes=12, shots=4, n_queries=300, seed=0):
-    """Support images around a random linear image of their class's text prototype, plus queries."""
-    rng = np.random.default_rng(seed)
-    text = rng.standard_normal((n_classes, d_txt)).astype(np.float32)
-    mix = rng.standard_normal((d_txt, d_img)).astype(np.float32)
-    offset = 2.0 * rng.standard_normal(d_img)  # a shared offset, as CLIP's: makes centring matter
-    labels = np.repeat(np.arange(n_classes), shots)
-    support = text[labels] @ mix + offset + 0.8 * rng.standard_normal((len(labels), d_img))
-    query_labels = rng.integers(0, n_classes, n_queries)
-    queries = text[query_labels] @ mix + offset + 0.8 * rng.standard_normal((n_queries, d_img))
-    return support.astype(np.float32), labels, text, queries.astype(np.float32)
-
-
 @pytest.fixture(scope="module")
 def task():
-    return make_task()
+    return make_task(offset=2.0)  # a shared offset, as CLIP's: makes centring matter
 
 
 @pytest.fixture(scope="module")
 def index(task):
-    support, labels, text, _ = task
-    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+    return fit_named(task, OPTIONS)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +64,7 @@ def biased_index(task):
 
 @pytest.fixture(scope="module")
 def corpus():
-    rng = np.random.default_rng(7)
-    return rng.standard_normal((1500, 32)).astype(np.float32), rng.standard_normal((25, 24)).astype(np.float32)
+    return random_corpus()
 
 
 @pytest.fixture(params=list(ENGINES))
@@ -194,13 +179,6 @@ def test_prototypes_persist_and_reopen_by_location_alone(index, task, open_store
 
 
 # ------------------------------------------------------------------------------ corpora
-def _own_corpus_search(index, images, ids, text_queries, k, path):
-    """A saved copy of the index with the images in its own FAISS corpus: the exact aligned search."""
-    own = AlignedIndex.load(index.save(path))
-    own.add(images, ids=ids)
-    return own.search_text(text_queries, k=k)
-
-
 @pytest.mark.parametrize("which", ["plain", "biased"])
 def test_aligned_corpus_top_10_equals_faiss_flat(which, index, biased_index, corpus, open_store, tmp_path):
     ix = index if which == "plain" else biased_index
@@ -213,7 +191,7 @@ def test_aligned_corpus_top_10_equals_faiss_flat(which, index, biased_index, cor
     expected_scores, expected = search_aligned(ix, faiss_store, text_queries, k=10)
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
-    _, own = _own_corpus_search(ix, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, own = own_corpus_search(ix, images, ids, text_queries, k=10, path=tmp_path / "own")
     np.testing.assert_array_equal(found, own)
 
 
@@ -224,7 +202,7 @@ def test_query_side_search_of_a_raw_store_equals_reindexing_at_full_overfetch(
     ids = np.arange(len(images)) * 2 + 1
     options = {"ef_search": 2048} if engine == "chroma" else {}  # exact HNSW: more beam than rows
     raw = open_store("raw", dim=images.shape[1], **options).add(images, ids)
-    _, exact = _own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, exact = own_corpus_search(index, images, ids, text_queries, k=10, path=tmp_path / "own")
     _, full = search_unaligned(index, raw, text_queries, k=10, overfetch=len(images))
     np.testing.assert_array_equal(full, exact)
     # a partial over-fetch fetches the same candidates as the exact FAISS store, so it answers the same
@@ -237,17 +215,7 @@ def test_query_side_search_of_a_raw_store_equals_reindexing_at_full_overfetch(
 
 # ------------------------------------------------------------------------------ support sets
 def test_support_pulled_from_the_store_by_label_fits_the_same_index(task, open_store):
-    support, labels, text, queries = task
-    names = np.array(NAMES)[labels]
-    shuffled = np.random.default_rng(3).permutation(len(support))
-    store = open_store("labelled", dim=support.shape[1])
-    store.add(support[shuffled], ids=shuffled, fields={"label": names[shuffled]})
-    X, y = support_from_store(store, label_field="label", batch_size=7)
-    np.testing.assert_array_equal(X, support)
-    np.testing.assert_array_equal(y, names)
-    from_store = AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, text, class_names=NAMES)
-    direct = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, names, text, class_names=NAMES)
-    np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
+    check_support_from_store(open_store("labelled", dim=task[0].shape[1]), task, OPTIONS)
 
 
 def test_support_without_the_label_field_is_a_schema_error(open_store):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..arrays import l2_normalize
 from ..core.validation import check_array
-from ..errors import FileFormatError, LFAIndexError, MissingFileError, ShapeError
+from ..errors import FileFormatError, LFAIndexError, MissingFileError, NonFiniteError, ShapeError
 from ..extras import import_extra
 
 EMBEDDING_KEYS = ("embeddings", "embedding", "features", "X", "x")
@@ -106,7 +106,9 @@ def load_embeddings(
             embeddings, labels = _read_faiss(path, embeddings_key, labels_key), None
     except LFAIndexError:
         raise
-    except decoding_errors() as err:
+    except PermissionError as err:
+        raise FileFormatError(f"{path} cannot be read ({describe_error(err)}); check its permissions.") from err
+    except (*decoding_errors(), OSError) as err:  # pyarrow reports a damaged Parquet file as an OSError
         raise FileFormatError(
             f"{path} is not a readable {_FORMAT_NAMES[kind]} file ({describe_error(err)}); it may be empty, "
             "truncated or of another format: write it again."
@@ -135,7 +137,17 @@ def _checked(
             )
         if labels.dtype.kind == "S":
             labels = labels.astype(str)
-    return (l2_normalize(x) if normalize else x), labels
+    if normalize:
+        return l2_normalize(x), labels
+    # check_array rescales huge and tiny rows (all that LFA needs); raw means raw here
+    with np.errstate(over="ignore"):
+        raw = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(raw).all():
+        raise NonFiniteError(
+            f"The embeddings in {path.name} hold values beyond float32's range (±3.4e38); load them with "
+            "normalize=True, or scale them first."
+        )
+    return raw, labels
 
 
 def _pick(

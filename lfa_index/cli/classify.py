@@ -13,7 +13,7 @@ from lfa_index.stores import classify_rows
 
 from .console import Console
 from .inputs import load_index, opened_store, save_store
-from .options import STORE_URI_FORMS, add_command, cosine_threshold, positive_int
+from .options import STORE_URI_FORMS, add_command, add_reject_below, given_threshold, positive_int, rejection_threshold
 from .output import csv_text, label_name, write_output
 
 DEFAULT_BATCH = 4096
@@ -32,9 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--write-field", metavar="F",
                    help="write each row's label into field F of the store instead of printing CSV "
                         "(rejected rows: '' for named classes, -1 for class indices)")
-    p.add_argument("--reject-below", metavar="TAU",
-                   help="label rows whose best aligned cosine is below TAU as 'unknown'; "
-                        "'auto' keeps 95%% of the support rows")
+    add_reject_below(p, "rows")
     p.add_argument("--batch-size", default=DEFAULT_BATCH, help=f"rows read per request (default {DEFAULT_BATCH})")
     p.add_argument("-o", "--output", metavar="FILE", help="write the CSV here (also with --write-field)")
     p.set_defaults(func=run)
@@ -42,13 +40,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Classify the store's rows; print or write the CSV, or write the labels into the store."""
-    tau = None
-    if args.reject_below is not None and args.reject_below != "auto":
-        tau = cosine_threshold(args.reject_below, "--reject-below")  # before any work
+    tau = given_threshold(args)
     batch_size = positive_int(args.batch_size, "--batch-size")
     index = load_index(args.index, args.device)
-    if args.reject_below == "auto":
-        tau = index.rejection_threshold(0.95)
+    tau = rejection_threshold(args, index, tau)
     if tau is not None:
         console.note(f"rejecting rows whose aligned cosine is below {tau:.4f}")
     with opened_store(args.store) as store:

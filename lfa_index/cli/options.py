@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
@@ -13,6 +13,9 @@ from lfa_index.stores.uri import URI_FORMS
 
 from .errors import CLIError
 from .readers import EMBEDDING_FILES, LABEL_COLUMNS
+
+if TYPE_CHECKING:
+    from lfa_index import AlignedIndex
 
 CACHE_ENV = "LFA_INDEX_CACHE"
 DEFAULT_REPORT_DIR = "lfa_report"
@@ -91,6 +94,12 @@ def add_query_args(p: argparse.ArgumentParser, *, text_model: bool = False) -> N
     add_encoder_args(p, text_model=text_model)
 
 
+def add_reject_below(p: argparse.ArgumentParser, rows: str) -> None:
+    p.add_argument("--reject-below", metavar="TAU",
+                   help=f"label {rows} whose best aligned cosine is below TAU as 'unknown'; "
+                        "'auto' keeps 95%% of the support rows")
+
+
 def add_eval_set_args(p: argparse.ArgumentParser, purpose: str = "") -> None:
     p.add_argument("--eval", metavar="FILE", help=f"labelled eval embeddings ({EMBEDDING_FILES}){purpose}")
     p.add_argument("--eval-labels", metavar="FILE", help="labels of --eval rows")
@@ -119,6 +128,18 @@ def cosine_threshold(value: str, flag: str) -> float:
     if not -1.0 <= number <= 1.0:  # also false for NaN
         raise CLIError(f"{flag} must be 'auto' or a finite cosine in [-1, 1], got {value!r}.")
     return number
+
+
+def given_threshold(args: argparse.Namespace) -> float | None:
+    """The cosine ``--reject-below`` gives, read before any work; None when absent or 'auto'."""
+    if args.reject_below is None or args.reject_below == "auto":
+        return None
+    return cosine_threshold(args.reject_below, "--reject-below")
+
+
+def rejection_threshold(args: argparse.Namespace, index: AlignedIndex, given: float | None) -> float | None:
+    """The threshold of ``--reject-below``: ``given``, or with 'auto' the index's (95% of the support kept)."""
+    return index.rejection_threshold(0.95) if args.reject_below == "auto" else given
 
 
 def lfa_options(args: argparse.Namespace) -> dict[str, Any]:

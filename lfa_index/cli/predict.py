@@ -12,7 +12,7 @@ from lfa_index.reporting import class_positions
 from .console import Console
 from .errors import CLIError
 from .inputs import load_index, query_items
-from .options import add_command, add_query_args, cosine_threshold, positive_int
+from .options import add_command, add_query_args, add_reject_below, given_threshold, positive_int, rejection_threshold
 from .output import csv_text, label_name, write_output
 
 
@@ -25,26 +25,22 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("index", metavar="INDEX", help="directory written by `lfa-index fit`")
     add_query_args(p)
     p.add_argument("--top-k", default=1, help="classes per query, best first (default 1)")
-    p.add_argument("--reject-below", metavar="TAU",
-                   help="label queries whose best aligned cosine is below TAU as 'unknown'; "
-                        "'auto' keeps 95%% of the support rows")
+    add_reject_below(p, "queries")
     p.add_argument("-o", "--output", metavar="FILE", help="write the CSV here instead of stdout")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Write the top-k classes of each query as CSV; note the accuracy of labelled queries."""
-    tau = None
-    if args.reject_below is not None and args.reject_below != "auto":
-        tau = cosine_threshold(args.reject_below, "--reject-below")  # before any work
+    tau = given_threshold(args)
     index = load_index(args.index, args.device)
     items = query_items(args, console)
     if items is None:
         raise CLIError("give queries: --queries FILE, --images PATH..., --texts FILE or --text TEXT...")
     top_k = positive_int(args.top_k, "--top-k")
     scores, labels = index.search(items.embeddings, k=top_k)
-    if args.reject_below is not None:
-        tau = index.rejection_threshold(0.95) if tau is None else tau
+    tau = rejection_threshold(args, index, tau)
+    if tau is not None:
         labels = index.label_space_.reject(labels, scores, tau, unknown=None)
         console.note(f"rejecting queries whose aligned cosine is below {tau:.4f}")
     rows = []

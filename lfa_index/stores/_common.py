@@ -1,18 +1,27 @@
-"""Helpers shared by the stores that talk to an engine (Milvus, Qdrant, Chroma, LanceDB): names, URLs, re-scoring."""
+"""What the stores that talk to an engine (Milvus, Qdrant, Chroma, LanceDB) share: the
+:class:`CollectionStore` base, and helpers for names, URLs, ids and re-scoring."""
 
 from __future__ import annotations
 
 import re
 import socket
-from typing import Any, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from ..core.validation import check_ids
-from ..errors import InvalidInputError, InvalidParameterError, SchemaError, StoreUnavailableError
+from ..core.validation import check_ids, check_number
+from ..errors import (
+    CollectionNotFoundError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
 
 Batches = Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]  # what scan() yields
+Candidates = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # queries -> (ids (n, m), vectors (n, m, d))
 _CHUNK_BYTES = 64 << 20  # at most this much candidate data in memory while re-scoring
 
 
@@ -24,6 +33,7 @@ def check_name(name: Any, what: str, pattern: str, rule: str) -> str:
 
 
 def check_uri(uri: Any, engine: str, forms: str) -> str:
+    """``uri`` (a str or path) as a non-empty str, else :class:`InvalidParameterError` listing the ``forms``."""
     if not isinstance(uri, (str, bytes)) and not hasattr(uri, "__fspath__"):
         raise InvalidParameterError(f"uri must be {forms} for {engine}, got {type(uri).__name__}.")
     text = str(uri.__fspath__() if hasattr(uri, "__fspath__") else uri)
@@ -132,3 +142,180 @@ def requested_ids(ids: Any) -> tuple[np.ndarray, np.ndarray]:
     candidates = np.unique(wanted) if integral else wanted
     unique = check_ids(candidates, len(candidates))
     return wanted.astype(np.int64), unique
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` if it is True or False, else :class:`InvalidParameterError`."""
+    if not isinstance(value, bool):
+        raise InvalidParameterError(f"{name} must be True or False, got {value!r}.")
+    return value
+
+
+def check_timeout(timeout: Any) -> float:
+    """A positive number of seconds, as a float."""
+    check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+    return float(timeout)
+
+
+def unfilled(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, ids)`` of ``n`` queries before any result: each (n, k), score -inf and id -1."""
+    return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
+
+
+def row_fields(values: Mapping[str, list[Any]], start: int, stop: int) -> list[dict[str, Any]] | None:
+    """The fields of rows ``start:stop``, one dict a row (payloads, metadata); None when there are no fields."""
+    return [{name: vs[j] for name, vs in values.items()} for j in range(start, stop)] if values else None
+
+
+def rescore(
+    queries: np.ndarray, k: int, metric: str, step: int, candidates: Candidates
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rank_candidates` of ``step`` queries at a time among the ``candidates`` fetched for them."""
+    parts = [rank_candidates(chunk, *candidates(chunk), k, metric)
+             for chunk in (queries[start : start + step] for start in range(0, len(queries), step))]
+    return np.concatenate([scores for scores, _ in parts]), np.concatenate([ids for _, ids in parts])
+
+
+_Store = TypeVar("_Store", bound="CollectionStore")
+
+
+class CollectionStore:
+    """The store protocol's plumbing over one collection of an engine; a subclass adds the engine's calls.
+
+    A subclass names its ``engine`` and, where the engine says "table", its ``kind`` (also the
+    attribute holding the name; "collection" by default). Its ``__init__`` sets ``uri``, the name,
+    ``_client``, ``_errors`` (the engine's exceptions that :meth:`_call` types), ``_dim`` and,
+    unless it is "IP", ``_metric``.
+    """
+
+    engine: ClassVar[str]
+    kind: ClassVar[str] = "collection"
+    _uri_forms: ClassVar[str] = ""  # what a uri may be, for messages
+    _name_pattern: ClassVar[str] = ""
+    _name_rule: ClassVar[str] = ""
+    _lost_hint: ClassVar[str] = "check that the server is running and reachable, then retry."
+    _lost_errors: ClassVar[tuple[str, ...]] = ()  # names of engine exceptions that mean the engine is gone
+
+    uri: str
+    _client: Any = None
+    _errors: tuple[type[BaseException], ...] = ()
+    _dim: int
+    _metric: str = "IP"
+
+    @classmethod
+    def _checked(cls, uri: Any, name: Any, dim: Any) -> tuple[str, str]:
+        """``(uri, name)`` as given, once checked with ``dim``: before the engine's client is imported."""
+        uri = check_uri(uri, cls.engine, cls._uri_forms)
+        name = check_name(name, f"{cls.kind} (a {cls.engine} {cls.kind} name)", cls._name_pattern, cls._name_rule)
+        if dim is not None:
+            check_number(dim, "dim", low=1, integer=True)
+        return uri, name
+
+    @property
+    def _name(self) -> str:
+        return getattr(self, self.kind)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def metric(self) -> str:
+        return self._metric
+
+    @property
+    def location(self) -> str:
+        return f"{self.engine} {self.kind} {self._name!r} at {self.uri!r}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(uri={self.uri!r}, {self.kind}={self._name!r}, dim={self.dim}, "
+            f"metric={self.metric!r})"
+        )
+
+    def drop(self) -> None:
+        """Delete the whole collection."""
+        self._call(f"drop the {self.kind}", self._client.delete_collection, self._name)
+
+    def close(self) -> None:
+        """Release the client: its connection, a local directory's lock, or its share of an in-process engine."""
+        close = getattr(self._client, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self: _Store) -> _Store:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ for subclasses
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; an engine error becomes :class:`StoreUnavailableError` when the engine is gone
+        (:meth:`_lost`) or :class:`SchemaError` when it refuses (:meth:`_refused`), else propagates."""
+        try:
+            return fn(*args, **kwargs)
+        except self._errors as err:
+            if self._lost(err):
+                raise StoreUnavailableError(
+                    f"lost {self.engine} at {self.uri!r} while trying to {what} ({reason(err)}); {self._lost_hint}"
+                ) from err
+            if self._refused(err):
+                raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
+            raise
+
+    def _lost(self, err: BaseException) -> bool:
+        """Whether the engine error ``err`` means the engine cannot be reached."""
+        return isinstance(err, (ConnectionError, OSError)) or type(err).__name__ in self._lost_errors
+
+    def _refused(self, err: BaseException) -> bool:
+        """Whether the engine error ``err`` (the engine reached) is a refusal of the request."""
+        return True
+
+    def _new_dim(self, dim: int | None) -> int:
+        """The dimension of a collection about to be created: ``dim``, else :class:`CollectionNotFoundError`."""
+        if dim is None:
+            raise CollectionNotFoundError(
+                f"{self.kind} {self._name!r} does not exist at {self.uri!r}; pass dim= to create it."
+            ) from None
+        return int(dim)
+
+    @contextmanager
+    def _closed_on_failure(self) -> Iterator[None]:
+        """Close the client when what the block does to open the collection fails."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
+    def _gather(
+        self, ids: Any, step: int, fetch: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], row: str = "row"
+    ) -> np.ndarray:
+        """Vectors of ``ids`` (n, dim) in their order; ``fetch`` takes ``step`` distinct ids and returns those
+        held and their vectors. An id not held is :class:`InvalidInputError`."""
+        wanted, unique = requested_ids(ids)
+        out = np.empty((len(unique), self.dim), dtype=np.float32)
+        found = np.zeros(len(unique), dtype=bool)
+        for start in range(0, len(unique), step):
+            held, vectors = fetch(unique[start : start + step])
+            if len(held):
+                slots = np.searchsorted(unique, held)
+                out[slots] = vectors
+                found[slots] = True
+        if not found.all():
+            raise InvalidInputError(f"{self.location} holds no {row} with id(s) {unique[~found][:5].tolist()}.")
+        return out[np.searchsorted(unique, wanted)]
+
+    def _field_values(
+        self, records: Sequence[Mapping[str, Any]], fields: Sequence[str], rows: str = "rows", kind: str = "field"
+    ) -> dict[str, np.ndarray]:
+        """``{field: values}`` of scanned ``records`` (rows, payloads, metadata); :class:`SchemaError` when one
+        lacks a field."""
+        missing = sorted({f for r in records for f in fields if f not in r})
+        if missing:
+            raise SchemaError(
+                f"{rows} of {self.location} lack {kind}(s) {missing}; store them with add(..., fields=...) or name "
+                "a field the collection has."
+            )
+        return {f: np.array([r[f] for r in records]) for f in fields}

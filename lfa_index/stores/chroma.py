@@ -19,34 +19,23 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import (
-    CollectionNotFoundError,
-    DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
-    SchemaError,
-    StoreUnavailableError,
-)
+from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
 from ._common import (
     Batches,
-    check_name,
-    check_uri,
+    CollectionStore,
+    check_timeout,
     parse_ids,
     probe,
     query_chunk,
-    rank_candidates,
     reason,
-    requested_ids,
+    rescore,
+    row_fields,
     server_address,
+    unfilled,
 )
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
-_NAME = r"(?!.*\.\.)(?!\d{1,3}(\.\d{1,3}){3}$)[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]"
-_NAME_RULE = (
-    "3 to 512 letters, digits, '.', '_' or '-', starting and ending with a letter or digit, without '..', "
-    "and not an IPv4 address (Chroma's rule)"
-)
 _DIM_KEY = "lfa_index_dim"  # collection metadata: the dimension, known before the first row arrives
 _DEFAULT_EF = 512
 _METRICS = {"ip": "IP", "cosine": "COSINE"}
@@ -64,7 +53,7 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-class ChromaStore:
+class ChromaStore(CollectionStore):
     """Vectors with int64 ids and metadata fields in a Chroma collection.
 
     Parameters
@@ -116,6 +105,14 @@ class ChromaStore:
         The collection holds vectors of another dimension than ``dim``.
     """
 
+    engine = "Chroma"
+    _uri_forms = "':memory:', a directory or a server URL ('http://host:8000')"
+    _name_pattern = r"(?!.*\.\.)(?!\d{1,3}(\.\d{1,3}){3}$)[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]"
+    _name_rule = (
+        "3 to 512 letters, digits, '.', '_' or '-', starting and ending with a letter or digit, without '..', "
+        "and not an IPv4 address (Chroma's rule)"
+    )
+
     def __init__(
         self,
         uri: Any,
@@ -127,14 +124,11 @@ class ChromaStore:
         headers: Mapping[str, str] | None = None,
         timeout: float = 10.0,
     ):
-        self.uri = check_uri(uri, "Chroma", "':memory:', a directory or a server URL ('http://host:8000')")
-        self.collection = check_name(collection, "collection (a Chroma collection name)", _NAME, _NAME_RULE)
-        if dim is not None:
-            check_number(dim, "dim", low=1, integer=True)
+        self.uri, self.collection = self._checked(uri, collection, dim)
         if ef_search is not None:
             check_number(ef_search, "ef_search", low=1, integer=True)
         check_number(overfetch, "overfetch", low=1, integer=True)
-        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        timeout = check_timeout(timeout)
         self.overfetch = int(overfetch)
         chromadb = _chromadb()
         settings = chromadb.config.Settings(anonymized_telemetry=False)
@@ -142,7 +136,7 @@ class ChromaStore:
         address = server_address(self.uri)
         if address is not None:
             scheme, host, port = address
-            probe(host, port, float(timeout), f"Chroma at {self.uri!r}",
+            probe(host, port, timeout, f"Chroma at {self.uri!r}",
                   "check that the server is running and the URL and network are right, or pass a directory.")
         try:
             if address is not None:
@@ -160,29 +154,23 @@ class ChromaStore:
                 "or that the directory is a writable Chroma database."
             ) from err
         self._max_batch: int | None = None
-        try:
+        with self._closed_on_failure():
             try:
                 with _quiet():
                     self._col = self._client.get_collection(self.collection, embedding_function=None)
             except chromadb.errors.NotFoundError:
-                if dim is None:
-                    raise CollectionNotFoundError(
-                        f"collection {self.collection!r} does not exist at {self.uri!r}; pass dim= to create it."
-                    ) from None
+                new_dim = self._new_dim(dim)
                 hnsw = {"space": "ip", "ef_search": int(ef_search or _DEFAULT_EF)}
                 with _quiet():
                     self._col = self._call(
                         "create the collection", self._client.create_collection, self.collection,
-                        embedding_function=None, configuration={"hnsw": hnsw}, metadata={_DIM_KEY: int(dim)},
+                        embedding_function=None, configuration={"hnsw": hnsw}, metadata={_DIM_KEY: new_dim},
                     )
             except self._errors as err:
                 raise StoreUnavailableError(
                     f"cannot open {self.location} ({reason(err)}); check that the server is running and reachable."
                 ) from err
             self._dim, self._metric = self._inspect(dim, ef_search)
-        except BaseException:
-            self.close()
-            raise
 
     # ------------------------------------------------------------------ schema
     def _inspect(self, dim: int | None, ef_search: int | None) -> tuple[int, str]:
@@ -217,21 +205,6 @@ class ChromaStore:
         return held, _METRICS[space]
 
     # ------------------------------------------------------------------ protocol
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def metric(self) -> str:
-        return self._metric
-
-    @property
-    def location(self) -> str:
-        return f"Chroma collection {self.collection!r} at {self.uri!r}"
-
-    def __repr__(self) -> str:
-        return f"ChromaStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim}, metric={self.metric!r})"
-
     def count(self) -> int:
         return int(self._call("count rows", self._col.count))
 
@@ -244,10 +217,12 @@ class ChromaStore:
         step = self._batch_rows()
         for start in range(0, len(x), step):
             stop = min(start + step, len(x))
-            metadatas = [{n: vs[j] for n, vs in values.items()} for j in range(start, stop)] if values else None
             if replace:
                 self._call("delete rows", self._col.delete, ids=keys[start:stop])
-            self._call("add rows", self._col.add, ids=keys[start:stop], embeddings=x[start:stop], metadatas=metadatas)
+            self._call(
+                "add rows", self._col.add, ids=keys[start:stop], embeddings=x[start:stop],
+                metadatas=row_fields(values, start, stop),
+            )
         return self
 
     def clear(self) -> None:
@@ -266,11 +241,9 @@ class ChromaStore:
         expr = None if not filters else filters[0] if len(filters) == 1 else {"$and": filters}
         fetch = min(self.count(), k * self.overfetch)
         if fetch == 0:
-            return np.full((len(q), k), -np.inf, dtype=np.float32), np.full((len(q), k), -1, dtype=np.int64)
-        scores, ids = [], []
-        step = query_chunk(self.dim, fetch)
-        for start in range(0, len(q), step):
-            chunk = q[start : start + step]
+            return unfilled(len(q), k)
+
+        def candidates(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             found = self._call(
                 "search", self._col.query, query_embeddings=chunk, n_results=fetch, where=expr,
                 include=["embeddings"],
@@ -282,29 +255,18 @@ class ChromaStore:
                 if n:
                     cand_ids[row, :n] = parse_ids(hit_ids, self.location)
                     cand[row, :n] = np.asarray(hit_vectors, dtype=np.float32)
-            s, i = rank_candidates(chunk, cand_ids, cand, k, self.metric)
-            scores.append(s)
-            ids.append(i)
-        return np.concatenate(scores), np.concatenate(ids)
+            return cand_ids, cand
+
+        return rescore(q, k, self.metric, query_chunk(self.dim, fetch), candidates)
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted, unique = requested_ids(ids)
-        out = np.empty((len(unique), self.dim), dtype=np.float32)
-        found = np.zeros(len(unique), dtype=bool)
-        step = self._batch_rows()
-        for start in range(0, len(unique), step):
-            rows = self._call(
-                "get rows", self._col.get, ids=[str(i) for i in unique[start : start + step].tolist()],
-                include=["embeddings"],
-            )
-            if len(rows["ids"]):
-                slots = np.searchsorted(unique, parse_ids(rows["ids"], self.location))
-                out[slots] = np.asarray(rows["embeddings"], dtype=np.float32)
-                found[slots] = True
-        if not found.all():
-            raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
-        return out[np.searchsorted(unique, wanted)]
+
+        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            rows = self._call("get rows", self._col.get, ids=[str(i) for i in part.tolist()], include=["embeddings"])
+            return parse_ids(rows["ids"], self.location), np.asarray(rows["embeddings"], dtype=np.float32)
+
+        return self._gather(ids, self._batch_rows(), fetch)
 
     def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Batches:
         """Every row, ``batch_size`` at a time (Chroma's offset pages): ``(ids, vectors, {field: values})``."""
@@ -318,15 +280,8 @@ class ChromaStore:
             )
             if not len(rows["ids"]):
                 return
-            metadatas = [m or {} for m in rows["metadatas"]]
-            missing = sorted({f for m in metadatas for f in fields if f not in m})
-            if missing:
-                raise SchemaError(
-                    f"rows of {self.location} lack metadata field(s) {missing}; store them with add(..., fields=...) "
-                    "or name a field the collection has."
-                )
+            values = self._field_values([m or {} for m in rows["metadatas"]], fields, kind="metadata field")
             vectors = np.asarray(rows["embeddings"], dtype=np.float32).reshape(len(rows["ids"]), self.dim)
-            values = {f: np.array([m[f] for m in metadatas]) for f in fields}
             yield parse_ids(rows["ids"], self.location), vectors, values
             offset += len(rows["ids"])
 
@@ -341,35 +296,11 @@ class ChromaStore:
             names.update(key for m in rows["metadatas"] for key in (m or {}))
             offset += len(rows["ids"])
 
-    def drop(self) -> None:
-        """Delete the whole collection."""
-        self._call("drop the collection", self._client.delete_collection, self.collection)
-
-    def close(self) -> None:
-        """Release the client (chromadb >= 1.1 counts clients of a shared system and stops it with the last)."""
-        client = getattr(self, "_client", None)
-        if client is not None and hasattr(client, "close"):
-            client.close()
-
-    def __enter__(self) -> "ChromaStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ helpers
     def _batch_rows(self) -> int:
         if self._max_batch is None:
             self._max_batch = int(self._call("read the batch limit", self._client.get_max_batch_size))
         return max(1, min(self._max_batch, (32 << 20) // (4 * self.dim + 64)))
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except self._errors as err:
-            if isinstance(err, (ConnectionError, OSError)) or "connect" in str(err).lower():
-                raise StoreUnavailableError(
-                    f"lost Chroma at {self.uri!r} while trying to {what} ({reason(err)}); check that the server is "
-                    "running and reachable, then retry."
-                ) from err
-            raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
+    def _lost(self, err: BaseException) -> bool:
+        return super()._lost(err) or "connect" in str(err).lower()

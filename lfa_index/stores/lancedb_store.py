@@ -19,30 +19,21 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import (
-    CollectionNotFoundError,
-    DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
-    SchemaError,
-    StoreUnavailableError,
-)
+from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
 from ._common import (
     Batches,
-    check_name,
-    check_uri,
+    CollectionStore,
+    check_flag,
+    check_timeout,
     filter_literal,
     parse_ids,
     query_chunk,
-    rank_candidates,
     reason,
-    requested_ids,
+    rescore,
 )
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
-_NAME = r"[A-Za-z0-9_.-]{1,255}"
-_NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.' (LanceDB's rule)"
 _ROWS_PER_WRITE = 65536
 _IDS_PER_QUERY = 8192
 _REMOTE = ("db://",)
@@ -56,7 +47,7 @@ def _arrow() -> Any:
     return import_extra("pyarrow", "lancedb")
 
 
-class LanceDBStore:
+class LanceDBStore(CollectionStore):
     """Vectors with int64 ids and scalar columns in a LanceDB table.
 
     Parameters
@@ -98,6 +89,14 @@ class LanceDBStore:
         The table holds vectors of another dimension than ``dim``.
     """
 
+    engine = "LanceDB"
+    kind = "table"
+    _uri_forms = "a directory, an object-store URI or 'db://name'"
+    _name_pattern = r"[A-Za-z0-9_.-]{1,255}"
+    _name_rule = "1 to 255 letters, digits, '_', '-' or '.' (LanceDB's rule)"
+    _lost_hint = "check that the storage or server is reachable, then retry."
+    _lost_errors = ("RetryError", "HttpError")
+
     def __init__(
         self,
         uri: Any,
@@ -111,20 +110,15 @@ class LanceDBStore:
         timeout: float = 10.0,
         **connect_options: Any,
     ):
-        self.uri = check_uri(uri, "LanceDB", "a directory, an object-store URI or 'db://name'")
-        self.table = check_name(table, "table (a LanceDB table name)", _NAME, _NAME_RULE)
-        if dim is not None:
-            check_number(dim, "dim", low=1, integer=True)
+        self.uri, self.table = self._checked(uri, table, dim)
         for name, value in (("id_field", id_field), ("vector_field", vector_field)):
             if not isinstance(value, str) or not value.isidentifier():
                 raise InvalidParameterError(f"{name} must be a column name (an identifier), got {value!r}.")
         if id_field == vector_field:
             raise InvalidParameterError(f"id_field and vector_field must differ, both are {id_field!r}.")
-        if not isinstance(exact, bool):
-            raise InvalidParameterError(f"exact must be True or False, got {exact!r}.")
-        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
-        self.id_field, self.vector_field, self.exact = id_field, vector_field, exact
-        self.timeout = float(timeout)
+        self.exact = check_flag(exact, "exact")
+        self.timeout = check_timeout(timeout)
+        self.id_field, self.vector_field = id_field, vector_field
         lancedb = _lancedb()
         self._errors = (ValueError, RuntimeError, OSError, ConnectionError)
         remote = self.uri.startswith(_REMOTE)
@@ -133,9 +127,9 @@ class LanceDBStore:
             timeouts = lancedb.remote.TimeoutConfig(timeout=span, connect_timeout=span)
             connect_options.setdefault("client_config", lancedb.remote.ClientConfig(timeout_config=timeouts))
         try:
-            self._db = lancedb.connect(self.uri, api_key=api_key, **connect_options)
+            self._client = lancedb.connect(self.uri, api_key=api_key, **connect_options)
             try:
-                self._table = self._db.open_table(self.table)
+                self._table = self._client.open_table(self.table)
                 exists = True
             except ValueError as err:
                 if "not found" not in str(err).lower() and "does not exist" not in str(err).lower():
@@ -147,17 +141,13 @@ class LanceDBStore:
                 "or that the server is running and the URI, API key and network are right."
             ) from err
         if not exists:
-            if dim is None:
-                raise CollectionNotFoundError(
-                    f"table {self.table!r} does not exist at {self.uri!r}; pass dim= to create it."
-                )
             pa = _arrow()
             schema = pa.schema([
                 pa.field(id_field, pa.int64(), nullable=False),
-                pa.field(vector_field, pa.list_(pa.float32(), int(dim))),
+                pa.field(vector_field, pa.list_(pa.float32(), self._new_dim(dim))),
             ])
             self._table = self._call(
-                "create the table", self._db.create_table, self.table, schema=schema, exist_ok=True
+                "create the table", self._client.create_table, self.table, schema=schema, exist_ok=True
             )
         self._dim = self._inspect(dim)
 
@@ -191,18 +181,6 @@ class LanceDBStore:
         return self._call("read the schema", lambda: self._table.schema)
 
     # ------------------------------------------------------------------ protocol
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def metric(self) -> str:
-        return "IP"
-
-    @property
-    def location(self) -> str:
-        return f"LanceDB table {self.table!r} at {self.uri!r}"
-
     def __repr__(self) -> str:
         return f"LanceDBStore(uri={self.uri!r}, table={self.table!r}, dim={self.dim})"
 
@@ -268,10 +246,8 @@ class LanceDBStore:
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
         k = check_k(k)
         expr = self._where(where)
-        scores, ids = [], []
-        step = query_chunk(self.dim, k, limit=256)
-        for start in range(0, len(q), step):
-            chunk = q[start : start + step]
+
+        def candidates(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             builder = (
                 self._table.search(list(chunk) if len(chunk) > 1 else chunk[0], vector_column_name=self.vector_field,
                                    query_type="vector")
@@ -293,30 +269,22 @@ class LanceDBStore:
             cand = np.zeros((len(chunk), k, self.dim), dtype=np.float32)
             cand_ids[which, rank] = found[self.id_field].to_numpy()[order]
             cand[which, rank] = self._vectors(found)[order]
-            s, i = rank_candidates(chunk, cand_ids, cand, k, "IP")
-            scores.append(s)
-            ids.append(i)
-        return np.concatenate(scores), np.concatenate(ids)
+            return cand_ids, cand
+
+        return rescore(q, k, "IP", query_chunk(self.dim, k, limit=256), candidates)
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted, unique = requested_ids(ids)
-        out = np.empty((len(unique), self.dim), dtype=np.float32)
-        found = np.zeros(len(unique), dtype=bool)
-        for start in range(0, len(unique), _IDS_PER_QUERY):
-            part = unique[start : start + _IDS_PER_QUERY]
+
+        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             expr = f"`{self.id_field}` IN ({', '.join(map(str, part.tolist()))})"
             rows = self._call(
                 "get rows",
                 self._table.search().where(expr).select([self.id_field, self.vector_field]).limit(len(part)).to_arrow,
             )
-            if rows.num_rows:
-                slots = np.searchsorted(unique, rows[self.id_field].to_numpy())
-                out[slots] = self._vectors(rows)
-                found[slots] = True
-        if not found.all():
-            raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
-        return out[np.searchsorted(unique, wanted)]
+            return rows[self.id_field].to_numpy(), self._vectors(rows)
+
+        return self._gather(ids, _IDS_PER_QUERY, fetch)
 
     def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Batches:
         """Every row, at most ``batch_size`` at a time: ``(ids, vectors, {field: values})``."""
@@ -354,19 +322,7 @@ class LanceDBStore:
 
     def drop(self) -> None:
         """Delete the whole table."""
-        self._call("drop the table", self._db.drop_table, self.table)
-
-    def close(self) -> None:
-        """Release the connection (a no-op for a local directory)."""
-        close = getattr(self._db, "close", None)
-        if callable(close):
-            close()
-
-    def __enter__(self) -> "LanceDBStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+        self._call("drop the table", self._client.drop_table, self.table)
 
     # ------------------------------------------------------------------ helpers
     def _where(self, where: Where | None) -> str:
@@ -385,17 +341,6 @@ class LanceDBStore:
             column = column.combine_chunks()
         flat = column.flatten().to_numpy(zero_copy_only=False)
         return np.ascontiguousarray(flat, dtype=np.float32).reshape(len(column), self.dim)
-
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except self._errors as err:
-            if isinstance(err, (ConnectionError, OSError)) or type(err).__name__ in ("RetryError", "HttpError"):
-                raise StoreUnavailableError(
-                    f"lost LanceDB at {self.uri!r} while trying to {what} ({reason(err)}); check that the storage or "
-                    "server is reachable, then retry."
-                ) from err
-            raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
 
 
 def _arrow_type(name: str, values: Sequence[Any], location: str) -> Any:

@@ -21,16 +21,9 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import (
-    CollectionNotFoundError,
-    DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
-    SchemaError,
-    StoreUnavailableError,
-)
+from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
-from ._common import check_name, filter_literal, reason, requested_ids
+from ._common import CollectionStore, check_name, check_timeout, filter_literal, reason, unfilled
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
@@ -44,7 +37,7 @@ def _pymilvus() -> Any:
     return import_extra("pymilvus", "milvus")
 
 
-class MilvusStore:
+class MilvusStore(CollectionStore):
     """Vectors with int64 ids and scalar fields in a Milvus collection.
 
     Parameters
@@ -79,6 +72,8 @@ class MilvusStore:
     >>> MilvusStore("http://milvus:19530", "corpus_raw", token="root:Milvus").search(q, k=100)
     """
 
+    engine = "Milvus"
+
     def __init__(
         self,
         uri: str,
@@ -96,11 +91,10 @@ class MilvusStore:
         check_name(embedding_field, "embedding_field", _NAME, _NAME_RULE)
         if dim is not None:
             check_number(dim, "dim", low=1, integer=True)
-        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        self.timeout = check_timeout(timeout)
         self.uri = uri
         self.collection = collection
         self.embedding_field = embedding_field
-        self.timeout = float(timeout)
         pymilvus = _pymilvus()
         self._errors = (pymilvus.MilvusException, ConnectionError, OSError)
         try:
@@ -118,18 +112,11 @@ class MilvusStore:
                 f"cannot reach Milvus at {uri!r} ({reason(err)}); check that the server is running and the URI, "
                 "token and network are right, or pass a local file such as 'vectors.db' for Milvus Lite."
             ) from err
-        try:
+        with self._closed_on_failure():
             if not exists:
-                if dim is None:
-                    raise CollectionNotFoundError(
-                        f"collection {collection!r} does not exist at {uri!r}; pass dim= to create it."
-                    )
-                self._create(int(dim))
+                self._create(self._new_dim(dim))
             self._dim, self._pk, self._metric = self._inspect(dim)
             self._call("load the collection", self._client.load_collection, collection, timeout=self.timeout)
-        except BaseException:
-            self._client.close()
-            raise
 
     # ------------------------------------------------------------------ schema
     def _create(self, dim: int) -> None:
@@ -186,21 +173,6 @@ class MilvusStore:
         return held, pk[0], metric
 
     # ------------------------------------------------------------------ protocol
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def metric(self) -> str:
-        return self._metric
-
-    @property
-    def location(self) -> str:
-        return f"Milvus collection {self.collection!r} at {self.uri!r}"
-
-    def __repr__(self) -> str:
-        return f"MilvusStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim}, metric={self.metric!r})"
-
     def count(self) -> int:
         rows = self._call(
             "count rows", self._client.query, self.collection, filter="", output_fields=["count(*)"],
@@ -236,8 +208,7 @@ class MilvusStore:
         filters = check_where(where)
         # a literal expression: Milvus Lite does not read filter templates ({name} + filter_params)
         expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())
-        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(q), k), -1, dtype=np.int64)
+        scores, ids = unfilled(len(q), k)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
         for start in range(0, len(q), step):
             found = self._call(
@@ -253,23 +224,15 @@ class MilvusStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted, unique = requested_ids(ids)
-        out = np.empty((len(unique), self.dim), dtype=np.float32)
-        found = np.zeros(len(unique), dtype=bool)
-        step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim + 64)))
-        for start in range(0, len(unique), step):
+
+        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             rows = self._call(
-                "get rows", self._client.get, self.collection, ids=unique[start : start + step].tolist(),
-                output_fields=[self.embedding_field], timeout=self.timeout, consistency_level="Strong",
+                "get rows", self._client.get, self.collection, ids=part.tolist(), output_fields=[self.embedding_field],
+                timeout=self.timeout, consistency_level="Strong",
             )
-            if rows:
-                held = np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows))
-                slots = np.searchsorted(unique, held)
-                out[slots] = np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
-                found[slots] = True
-        if not found.all():
-            raise InvalidInputError(f"{self.location} holds no row with id(s) {unique[~found][:5].tolist()}.")
-        return out[np.searchsorted(unique, wanted)]
+            return self._rows(rows or [])
+
+        return self._gather(ids, max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim + 64))), fetch)
 
     def scan(
         self, fields: Sequence[str], batch_size: int = 4096
@@ -286,15 +249,8 @@ class MilvusStore:
                 rows = self._call("scan rows", iterator.next)
                 if not rows:
                     return
-                missing = sorted({f for r in rows for f in fields if f not in r})
-                if missing:
-                    raise SchemaError(
-                        f"rows of {self.location} lack field(s) {missing}; store them with add(..., fields=...) or "
-                        "name a field the collection has."
-                    )
-                ids = np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows))
-                vectors = np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
-                yield ids, vectors, {f: np.array([r[f] for r in rows]) for f in fields}
+                values = self._field_values(rows, fields)
+                yield *self._rows(rows), values
         finally:
             iterator.close()
 
@@ -321,26 +277,17 @@ class MilvusStore:
         """Delete the whole collection (schema and index too)."""
         self._call("drop the collection", self._client.drop_collection, self.collection, timeout=self.timeout)
 
-    def close(self) -> None:
-        """Release the connection."""
-        self._client.close()
+    # ------------------------------------------------------------------ helpers
+    def _rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and vectors of rows read with the embedding field."""
+        ids = np.fromiter((r[self._pk] for r in rows), dtype=np.int64, count=len(rows))
+        return ids, np.asarray([r[self.embedding_field] for r in rows], dtype=np.float32)
 
-    def __enter__(self) -> "MilvusStore":
-        return self
+    def _lost(self, err: BaseException) -> bool:
+        return _is_connection_error(err)
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except self._errors as err:
-            if _is_connection_error(err):
-                raise StoreUnavailableError(
-                    f"lost Milvus at {self.uri!r} while trying to {what} ({reason(err)}); check that the server is "
-                    "running and reachable, then retry."
-                ) from err
-            raise
+    def _refused(self, err: BaseException) -> bool:
+        return False  # the engine's own error, as it is
 
 
 def _lock_held_elsewhere(uri: str) -> Path | None:

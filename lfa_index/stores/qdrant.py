@@ -20,20 +20,21 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import (
-    CollectionNotFoundError,
-    DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
-    SchemaError,
-    StoreUnavailableError,
-)
+from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
-from ._common import Batches, check_name, check_uri, parse_ids, reason, requested_ids, server_address
+from ._common import (
+    Batches,
+    CollectionStore,
+    check_flag,
+    check_timeout,
+    parse_ids,
+    reason,
+    row_fields,
+    server_address,
+    unfilled,
+)
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
-_NAME = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
-_NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.'"
 _REQUEST_BYTES = 8 << 20  # JSON bodies well under a server's 32 MiB default limit
 _QUERIES_PER_REQUEST = 256
 _METRICS = {"Dot": "IP", "Cosine": "COSINE"}
@@ -43,7 +44,7 @@ def _qdrant() -> Any:
     return import_extra("qdrant_client", "qdrant")
 
 
-class QdrantStore:
+class QdrantStore(CollectionStore):
     """Vectors with int64 ids and payload fields in a Qdrant collection.
 
     Parameters
@@ -86,6 +87,12 @@ class QdrantStore:
         The collection holds vectors of another dimension than ``dim``.
     """
 
+    engine = "Qdrant"
+    _uri_forms = "':memory:', a directory or a server URL ('http://host:6333')"
+    _name_pattern = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}"
+    _name_rule = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.'"
+    _lost_errors = ("ResponseHandlingException",)
+
     def __init__(
         self,
         uri: Any,
@@ -98,21 +105,15 @@ class QdrantStore:
         api_key: str | None = None,
         timeout: float = 10.0,
     ):
-        self.uri = check_uri(uri, "Qdrant", "':memory:', a directory or a server URL ('http://host:6333')")
-        self.collection = check_name(collection, "collection (a Qdrant collection name)", _NAME, _NAME_RULE)
-        if dim is not None:
-            check_number(dim, "dim", low=1, integer=True)
+        self.uri, self.collection = self._checked(uri, collection, dim)
         if vector_name is not None and not isinstance(vector_name, str):
             raise InvalidParameterError(f"vector_name must be a str or None, got {vector_name!r}.")
-        if not isinstance(exact, bool):
-            raise InvalidParameterError(f"exact must be True or False, got {exact!r}.")
+        self.exact = check_flag(exact, "exact")
         if hnsw_ef is not None:
             check_number(hnsw_ef, "hnsw_ef", low=1, integer=True)
-        check_number(timeout, "timeout", low=0.0, low_inclusive=False)
+        self.timeout = check_timeout(timeout)
         self.vector_name = vector_name
-        self.exact = exact
         self.hnsw_ef = hnsw_ef
-        self.timeout = float(timeout)
         qdrant = _qdrant()
         self._models = qdrant.models
         self._server = server_address(self.uri) is not None
@@ -129,17 +130,10 @@ class QdrantStore:
             exists = self._client.collection_exists(self.collection)
         except self._errors as err:
             raise StoreUnavailableError(self._unreachable(err)) from err
-        try:
+        with self._closed_on_failure():
             if not exists:
-                if dim is None:
-                    raise CollectionNotFoundError(
-                        f"collection {self.collection!r} does not exist at {self.uri!r}; pass dim= to create it."
-                    )
-                self._create(int(dim))
+                self._create(self._new_dim(dim))
             self._dim, self._metric = self._inspect(dim)
-        except BaseException:
-            self._client.close()
-            raise
 
     def _unreachable(self, err: BaseException) -> str:
         if self._server:
@@ -192,21 +186,6 @@ class QdrantStore:
         return held, _METRICS[distance]
 
     # ------------------------------------------------------------------ protocol
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def metric(self) -> str:
-        return self._metric
-
-    @property
-    def location(self) -> str:
-        return f"Qdrant collection {self.collection!r} at {self.uri!r}"
-
-    def __repr__(self) -> str:
-        return f"QdrantStore(uri={self.uri!r}, collection={self.collection!r}, dim={self.dim}, metric={self.metric!r})"
-
     def count(self) -> int:
         return int(self._call("count points", self._client.count, self.collection, exact=True).count)
 
@@ -218,12 +197,11 @@ class QdrantStore:
         step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
         for start in range(0, len(x), step):
             stop = min(start + step, len(x))
-            payloads = [{name: vs[j] for name, vs in values.items()} for j in range(start, stop)] if values else None
             rows = x[start:stop].tolist()
             batch = self._models.Batch(
                 ids=new_ids[start:stop].tolist(),
                 vectors=rows if self.vector_name is None else {self.vector_name: rows},
-                payloads=payloads,
+                payloads=row_fields(values, start, stop),
             )
             self._call("upsert points", self._client.upsert, self.collection, points=batch, wait=True)
         return self
@@ -244,8 +222,7 @@ class QdrantStore:
         params = None
         if self._server:
             params = models.SearchParams(exact=self.exact, hnsw_ef=None if self.exact else self.hnsw_ef)
-        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(q), k), -1, dtype=np.int64)
+        scores, ids = unfilled(len(q), k)
         for start in range(0, len(q), _QUERIES_PER_REQUEST):
             requests = [
                 models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
@@ -261,22 +238,15 @@ class QdrantStore:
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
-        wanted, unique = requested_ids(ids)
-        out = np.empty((len(unique), self.dim), dtype=np.float32)
-        found = np.zeros(len(unique), dtype=bool)
-        step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
-        for start in range(0, len(unique), step):
+
+        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             points = self._call(
-                "retrieve points", self._client.retrieve, self.collection, ids=unique[start : start + step].tolist(),
-                with_payload=False, with_vectors=[self._vector_key] if self.vector_name else True,
+                "retrieve points", self._client.retrieve, self.collection, ids=part.tolist(), with_payload=False,
+                with_vectors=[self._vector_key] if self.vector_name else True,
             )
-            if points:
-                slots = np.searchsorted(unique, parse_ids([p.id for p in points], self.location))
-                out[slots] = self._vectors(points)
-                found[slots] = True
-        if not found.all():
-            raise InvalidInputError(f"{self.location} holds no point with id(s) {unique[~found][:5].tolist()}.")
-        return out[np.searchsorted(unique, wanted)]
+            return parse_ids([p.id for p in points], self.location), self._vectors(points)
+
+        return self._gather(ids, max(1, _REQUEST_BYTES // (12 * self.dim + 64)), fetch, row="point")
 
     def scan(self, fields: Sequence[str], batch_size: int = 4096) -> Batches:
         """Every point in id order, ``batch_size`` at a time (Qdrant's scroll): ``(ids, vectors, {field: values})``."""
@@ -289,13 +259,7 @@ class QdrantStore:
                 with_payload=fields or False, with_vectors=[self._vector_key] if self.vector_name else True,
             )
             if points:
-                missing = sorted({f for p in points for f in fields if f not in (p.payload or {})})
-                if missing:
-                    raise SchemaError(
-                        f"points of {self.location} lack payload field(s) {missing}; store them with "
-                        "add(..., fields=...) or name a field the collection has."
-                    )
-                values = {f: np.array([p.payload[f] for p in points]) for f in fields}
+                values = self._field_values([p.payload or {} for p in points], fields, "points", "payload field")
                 yield parse_ids([p.id for p in points], self.location), self._vectors(points), values
             if offset is None:
                 return
@@ -313,20 +277,6 @@ class QdrantStore:
             if offset is None:
                 return sorted(names)
 
-    def drop(self) -> None:
-        """Delete the whole collection."""
-        self._call("drop the collection", self._client.delete_collection, self.collection)
-
-    def close(self) -> None:
-        """Release the client (and the lock of a local directory)."""
-        self._client.close()
-
-    def __enter__(self) -> "QdrantStore":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ helpers
     @property
     def _vector_key(self) -> str:
@@ -336,15 +286,5 @@ class QdrantStore:
         rows = [p.vector if self.vector_name is None else p.vector[self.vector_name] for p in points]
         return np.asarray(rows, dtype=np.float32).reshape(len(points), self.dim)
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except self._errors as err:
-            if isinstance(err, (ConnectionError, OSError)) or type(err).__name__ == "ResponseHandlingException":
-                raise StoreUnavailableError(
-                    f"lost Qdrant at {self.uri!r} while trying to {what} ({reason(err)}); check that the server is "
-                    "running and reachable, then retry."
-                ) from err
-            if type(err).__name__ == "UnexpectedResponse" or isinstance(err, ValueError):
-                raise SchemaError(f"{self.location} refused to {what}: {reason(err)}") from err
-            raise
+    def _refused(self, err: BaseException) -> bool:
+        return type(err).__name__ == "UnexpectedResponse" or isinstance(err, ValueError)

@@ -1,0 +1,61 @@
+"""The small task the store tests check every store against: a support set, queries, a corpus, an index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lfa_index import LFA, AlignedIndex
+from lfa_index.stores import VectorStore, support_from_store
+
+NAMES = [f"class_{i}" for i in range(12)]
+
+
+def make_task(d_img=32, d_txt=24, n_classes=12, shots=4, n_queries=300, seed=0, offset=0.0):
+    """Support images around a random linear image of their class's text prototype, plus queries.
+
+    ``offset`` scales a random offset shared by every image, as CLIP's (it makes centring matter)."""
+    rng = np.random.default_rng(seed)
+    text = rng.standard_normal((n_classes, d_txt)).astype(np.float32)
+    mix = rng.standard_normal((d_txt, d_img)).astype(np.float32)
+    shift = offset * rng.standard_normal(d_img) if offset else 0.0
+    labels = np.repeat(np.arange(n_classes), shots)
+    support = text[labels] @ mix + shift + 0.8 * rng.standard_normal((len(labels), d_img))
+    query_labels = rng.integers(0, n_classes, n_queries)
+    queries = text[query_labels] @ mix + shift + 0.8 * rng.standard_normal((n_queries, d_img))
+    return support.astype(np.float32), labels, text, queries.astype(np.float32)
+
+
+def fit_named(task: tuple, options: dict[str, Any]) -> AlignedIndex:
+    """An index fitted on the task with the classes named by ``NAMES``."""
+    support, labels, text, _ = task
+    return AlignedIndex(lfa=LFA(**options)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
+
+
+def random_corpus() -> tuple[np.ndarray, np.ndarray]:
+    """1500 raw 32-d images and 25 24-d text queries."""
+    rng = np.random.default_rng(7)
+    return rng.standard_normal((1500, 32)).astype(np.float32), rng.standard_normal((25, 24)).astype(np.float32)
+
+
+def own_corpus_search(index, images, ids, text_queries, k, path: Path):
+    """A saved copy of the index with the images in its own FAISS corpus: the exact aligned search."""
+    own = AlignedIndex.load(index.save(path))
+    own.add(images, ids=ids)
+    return own.search_text(text_queries, k=k)
+
+
+def check_support_from_store(store: VectorStore, task: tuple, options: dict[str, Any]) -> None:
+    """Labelled support rows added to ``store`` in shuffled order come back by label and fit the same index."""
+    support, labels, text, queries = task
+    names = np.array(NAMES)[labels]
+    shuffled = np.random.default_rng(3).permutation(len(support))
+    store.add(support[shuffled], ids=shuffled, fields={"label": names[shuffled]})
+    X, y = support_from_store(store, label_field="label", batch_size=7)
+    np.testing.assert_array_equal(X, support)
+    np.testing.assert_array_equal(y, names)
+    from_store = AlignedIndex(lfa=LFA(**options)).fit(X, y, text, class_names=NAMES)
+    direct = AlignedIndex(lfa=LFA(**options)).fit(support, names, text, class_names=NAMES)
+    np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
