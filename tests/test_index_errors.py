@@ -204,7 +204,7 @@ def test_bad_parameters(data):
 
 def test_bad_call_arguments(index, data):
     with pytest.raises(InvalidParameterError, match="reject_below"):
-        index.predict(data[3], reject_below=3.0)
+        index.predict(data[3], reject_below=float("nan"))
     with pytest.raises(InvalidParameterError, match="accept_rate"):
         index.rejection_threshold(accept_rate=0.0)
     with pytest.raises(InvalidParameterError, match="mapping"):

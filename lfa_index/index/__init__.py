@@ -3,6 +3,7 @@
 ``folding``    the folding math, pure functions over arrays (also used by the stores and integrations)
 ``maps``       the LFA's maps as raw queries see them (G, o)
 ``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
+``calibration`` held-out scores of the support rows, which calibrate rejection thresholds
 ``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes
 ``corpus``     the aligned image corpus with its read/write lock
 ``device``     FAISS placement (GPU)

@@ -191,7 +191,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         x = self._check_queries(X)
         if reject_below is None:
             return table.labels.labels(nearest_classes(table, x))
-        check_number(reject_below, "reject_below", low=-1.0, high=1.0)
+        check_number(reject_below, "reject_below")  # any finite τ: class biases take scores beyond [-1, 1]
         scores, positions = search_classes(table, x, 1)
         return table.labels.reject(table.labels.labels(positions[:, 0]), scores[:, 0], reject_below)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import MAPPINGS
+from ..errors import ZeroNormError
 from . import folding
 
 
@@ -33,8 +34,20 @@ class QueryMap:
         return folding.align(x, self.matrix, self.offset)
 
     def norms(self, x: np.ndarray) -> np.ndarray:
-        """``||x G + ||x|| o||`` (n,): what turns folded inner products into aligned scores."""
-        return folding.query_norms(x, self.matrix, self.offset)
+        """``||x G + ||x|| o||`` (n,): what turns folded inner products into aligned scores.
+
+        Raises :class:`ZeroNormError` for rows the map sends to zero (a singular map, or rows along
+        the mean it centres on): they have no aligned direction, so no finite score.
+        """
+        norms = folding.query_norms(x, self.matrix, self.offset)
+        if not norms.all():
+            rows = np.flatnonzero(norms == 0)
+            raise ZeroNormError(
+                f"query row(s) {rows[:5].tolist()} map to the zero vector in the aligned space (the map is singular "
+                "along them, or they point along the support mean it centres on): they have no aligned direction "
+                "to score; drop them."
+            )
+        return norms
 
     def fold(self, prototypes: np.ndarray, bias: np.ndarray) -> np.ndarray:
         """Class vectors folded with this map (c, d_in [+1])."""
