@@ -214,7 +214,7 @@ def classify_dataset(
     check_number(cpus_per_worker, "cpus_per_worker", low=0.0, low_inclusive=False)
     check_number(batch_size, "batch_size", low=1, integer=True)
     if reject_below is not None:
-        check_number(reject_below, "reject_below")  # as AlignedIndex.predict: any finite τ
+        check_number(reject_below, "reject_below")  # finite here; each worker's index checks its range
     return dataset.map_batches(
         batch_class,
         batch_format="pyarrow",

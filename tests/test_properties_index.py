@@ -145,11 +145,6 @@ def test_rows_a_singular_map_sends_to_zero_get_a_typed_error_not_infinite_scores
         assert norms.all() and np.isfinite(checked).all()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core defect: LFA(center=True) fits on a support whose rows all share one direction; the mean it "
-    "centres on is then that direction (norm 1), so the map sends every query along it to (rounding noise "
-    "near) zero and its scores are noise. lfa_index/core should refuse such a support with a typed error or "
-    "not centre it."))
 def test_centring_a_support_whose_rows_share_one_direction_is_refused_or_answers_correctly():
     rng = np.random.default_rng(0)
     v = rng.standard_normal(3)

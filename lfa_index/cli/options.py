@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
 from lfa_index.stores.uri import URI_FORMS
@@ -120,13 +122,14 @@ def positive_int(value: Any, flag: str) -> int:
 
 
 def cosine_threshold(value: str, flag: str) -> float:
-    """``value`` as a finite cosine in [-1, 1] (the range ``AlignedIndex.predict(reject_below=...)`` accepts)."""
+    """``value`` as a finite number; the index then checks it can separate its scores
+    (within [-1, 1] unless its classifier has class biases)."""
     try:
         number = float(value)
     except (TypeError, ValueError) as err:
-        raise CLIError(f"{flag} must be 'auto' or a cosine in [-1, 1], got {value!r}.") from err
-    if not -1.0 <= number <= 1.0:  # also false for NaN
-        raise CLIError(f"{flag} must be 'auto' or a finite cosine in [-1, 1], got {value!r}.")
+        raise CLIError(f"{flag} must be 'auto' or a number (an aligned score, e.g. 0.3), got {value!r}.") from err
+    if not np.isfinite(number):
+        raise CLIError(f"{flag} must be 'auto' or a finite number (an aligned score, e.g. 0.3), got {value!r}.")
     return number
 
 

@@ -60,9 +60,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
         rows (¼ at 1 shot, where nothing can be held out).
-    support_prototypes : {"discriminant", "mean"}, default="discriminant"
+    support_prototypes : {"auto", "discriminant", "mean"}, default="auto"
         The support side of the mix: the class's linear discriminant in the aligned space (class
         mean under GDA's shared shrunk precision, with its bias), or its L2-normalised mean.
+        "auto" scores both on the held-out rows of the same runs (no extra run).
     refine_prototypes : bool or "auto", default=False
         Train the prototypes jointly with W (from the text prototypes, same loss). "auto" tries
         it on held-out rows (one more run per fold).
@@ -169,7 +170,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         "steps": [("auto",), Interval(0, None, integer=True)],
         "projection": [PROJECTIONS],
         "prototype_mix": [("auto",), Interval(0.0, 1.0)],
-        "support_prototypes": [SUPPORT_KINDS],
+        "support_prototypes": [("auto",) + SUPPORT_KINDS],
         "refine_prototypes": [("auto", True, False)],
         "center": [("auto", True, False)],
         "mapping": [("auto",) + CLASS_MAPPINGS],
@@ -203,7 +204,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         *,
         projection: str | bool = "auto",
         prototype_mix: float | str = "auto",
-        support_prototypes: str = "discriminant",
+        support_prototypes: str = "auto",
         refine_prototypes: bool | str = False,
         center: bool | str = False,
         mapping: str = "auto",
@@ -297,7 +298,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 "projection='shrink' normalises the projected image rows; use projection='widen' (or 'auto')."
             )
         if mix == "auto":
-            mixes = MIX_GRID if affine or self.support_prototypes == "mean" else (0.0,)
+            mixes = MIX_GRID if affine or self.support_prototypes != "discriminant" else (0.0,)
         else:
             mixes = (float(mix),)
         from .supervised import Asked
@@ -309,7 +310,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             mappings=CLASS_MAPPINGS if self.mapping == "auto" else (self.mapping,),
             centers=((False, True) if affine else (False,)) if self.center == "auto" else (bool(self.center),),
             refines=(False, True) if self.refine_prototypes == "auto" else (bool(self.refine_prototypes),),
-            support_kind=self.support_prototypes, keep_zero_shot=bool(self.keep_zero_shot),
+            kinds=(SUPPORT_KINDS if affine else ("mean",)) if self.support_prototypes == "auto"
+            else (self.support_prototypes,),
+            keep_zero_shot=bool(self.keep_zero_shot),
             new_class_map=self.new_class_map, cv_splits=int(self.cv_splits), cv_val_size=float(self.cv_val_size),
         )
 
@@ -395,7 +398,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     def _summary(self) -> str:
         """One line: β, steps, options, held-out evidence, time."""
         parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps"]
-        options = [f"λ={self.prototype_mix_:g}"] if self.prototype_mix_ else []
+        kind = " (class means)" if self.support_kind_ == "mean" else ""
+        options = [f"λ={self.prototype_mix_:g}{kind}"] if self.prototype_mix_ else []
         options += ["average map"] if self.mapping_ == "average" else []
         options += ["centred"] if self.center_ else []
         options += ["trained prototypes"] if self.refine_prototypes_ else []

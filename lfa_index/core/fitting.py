@@ -37,7 +37,7 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
             W=torch.as_tensor(task, device=x.device), W_ema=torch.as_tensor(ema, device=x.device),
             mean=torch.as_tensor(lfa.feature_mean_, device=x.device), beta=float(lfa.beta_), steps=int(lfa.steps_),
             candidate=Candidate(Variant(bool(lfa.center_), bool(lfa.refine_prototypes_)), int(lfa.steps_),
-                                lfa.mapping_, float(lfa.prototype_mix_)),
+                                lfa.mapping_, float(lfa.prototype_mix_), lfa.support_kind_ or "discriminant"),
         )
         asked = Asked(**{**asked.__dict__, "centers": (bool(lfa.center_),)})
     fit = solve_supervised(x, labels, protos, asked=asked, config=lfa.refine_config(),
@@ -57,7 +57,7 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
         prototypes_=_numpy(fit.prototypes), intercept_=_numpy(fit.intercept),
         refined_prototypes_=_numpy(fit.refined_prototypes), feature_mean_=_numpy(fit.feature_mean),
         center_=chosen.variant.center, refine_prototypes_=chosen.variant.refine_prototypes,
-        prototype_mix_=chosen.mix, mapping_=chosen.mapping, steps_=chosen.steps,
+        prototype_mix_=chosen.mix, support_kind_=chosen.kind, mapping_=chosen.mapping, steps_=chosen.steps,
         beta_=fit.beta.beta, beta_selection_=fit.beta.how, beta_scores_=fit.beta.scores,
         new_class_beta_=None if new_class is None else new_class.beta, step_trials_=fit.step_trials,
         selection_=selection, heldout_scores_=None if heldout is None else np.asarray(heldout, dtype=np.float32),
@@ -83,7 +83,7 @@ def fit_unsupervised(lfa: Any, x: torch.Tensor, labels: None, protos: torch.Tens
         W_=average if mapping == "average" else task, W_tt_=ema, W_ema_=ema, W_avg_=average,
         prototypes_=_numpy(protos), intercept_=np.zeros(n_classes, dtype=np.float32),
         feature_mean_=np.zeros(task.shape[0], dtype=np.float32), refined_prototypes_=None,
-        center_=False, refine_prototypes_=False, prototype_mix_=0.0, mapping_=mapping,
+        center_=False, refine_prototypes_=False, prototype_mix_=0.0, support_kind_=None, mapping_=mapping,
         beta_=fit.beta.beta, beta_selection_=fit.beta.how, beta_scores_=fit.beta.scores, new_class_beta_=None,
         steps_=fit.steps, step_trials_=fit.step_trials, selection_=None, heldout_scores_=None,
         loss_curve_=fit.loss_curve, hubness_init_=fit.hubness_init, hubness_=fit.hubness,

@@ -87,12 +87,13 @@ class Rows:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One classifier: a variant, a step count, a map and a prototype mix λ."""
+    """One classifier: a variant, a step count, a map, a prototype mix λ and its support side."""
 
     variant: Variant
     steps: int
     mapping: str
     mix: float
+    kind: str = "discriminant"  # the support prototypes mixed in (see :mod:`~lfa_index.core.prototypes`)
 
 
 @dataclass
@@ -133,10 +134,11 @@ class Selection:
     def as_dict(self) -> dict[str, Any]:
         return {
             "steps": self.chosen.steps, "mapping": self.chosen.mapping, "mix": self.chosen.mix,
-            **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon, "folds": self.folds,
+            "kind": self.chosen.kind, **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon,
+            "folds": self.folds,
             "rows": self.rows, "accuracy": self.accuracy, "reference": self.reference,
-            "candidates": [[c.steps, c.mapping, c.mix, c.variant.center, c.variant.refine_prototypes, round(a, 4)]
-                           for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
+            "candidates": [[c.steps, c.mapping, c.mix, c.kind, c.variant.center, c.variant.refine_prototypes,
+                            round(a, 4)] for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
         }
 
 
@@ -200,7 +202,7 @@ def cross_fitted_evidence(
     checkpoints: Sequence[int],
     mixes: Sequence[float],
     mappings: Sequence[str],
-    support_kind: str,
+    kinds: Sequence[str],
     config: RefineConfig,
     random_state: int,
     folds: Sequence[tuple[np.ndarray, np.ndarray]],
@@ -212,7 +214,8 @@ def cross_fitted_evidence(
     """
     y = labels.cpu().numpy()
     device = labels.device
-    candidates = [Candidate(v, s, m, float(mix)) for v in rows for s in checkpoints for m in mappings for mix in mixes]
+    candidates = [Candidate(v, s, m, float(mix), kind) for v in rows for s in checkpoints for m in mappings
+                  for kind in kinds for mix in mixes]
     slot = {c: i for i, c in enumerate(candidates)}
     hits = np.zeros((len(candidates), len(y)), dtype=bool)
     best_scores = np.zeros((len(candidates), len(y)), dtype=np.float32)
@@ -233,15 +236,16 @@ def cross_fitted_evidence(
                         w = map_for(W, W_tt, mapping)
                         aligned_train, aligned_val = z_train @ w, z_val @ w
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
-                        support = None
-                        if any(mix > 0 for mix in mixes):
-                            support = support_prototypes(aligned_train, y_train, prototypes.shape[0], support_kind)
-                        for mix in mixes:
-                            vectors, bias = classifier(aligned_train, y_train, base, mix, support_kind, support)
-                            best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
-                            row = slot[Candidate(variant, step, mapping, float(mix))]
-                            hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
-                            best_scores[row, val_idx] = (best / norms).cpu().numpy()
+                        for kind in kinds:
+                            support = None
+                            if any(mix > 0 for mix in mixes):
+                                support = support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
+                            for mix in mixes:
+                                vectors, bias = classifier(aligned_train, y_train, base, mix, kind, support)
+                                best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                                row = slot[Candidate(variant, step, mapping, float(mix), kind)]
+                                hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
+                                best_scores[row, val_idx] = (best / norms).cpu().numpy()
 
             if 0 in marks:
                 score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
@@ -259,8 +263,8 @@ def cross_fitted_evidence(
 
 
 def _preference(c: Candidate) -> tuple:
-    """Tie-break among equal scores: fewer options, the larger λ, more steps."""
-    return (-c.variant.options_on(), c.mapping == "task", c.mix, c.steps)
+    """Tie-break among equal scores: fewer options, the discriminant, the larger λ, more steps."""
+    return (-c.variant.options_on(), c.mapping == "task", c.kind == "discriminant", c.mix, c.steps)
 
 
 def choose(evidence: Evidence, plain: Variant) -> Selection:
@@ -278,7 +282,7 @@ def choose(evidence: Evidence, plain: Variant) -> Selection:
 
     def smoothed(c: Candidate) -> float:
         i, j = steps.index(c.steps), mixes.index(c.mix)
-        around = [where.get(Candidate(c.variant, steps[a], c.mapping, mixes[b]))
+        around = [where.get(Candidate(c.variant, steps[a], c.mapping, mixes[b], c.kind))
                   for a in range(max(0, i - 1), min(len(steps), i + 2))
                   for b in range(max(0, j - 1), min(len(mixes), j + 2))]
         return float(np.mean([totals[k] for k in around if k is not None]))
@@ -289,7 +293,7 @@ def choose(evidence: Evidence, plain: Variant) -> Selection:
     plain_pool = [c for c in evidence.candidates if c.variant == plain and c.mapping == "task"]
     chosen = best(evidence.candidates)
     if chosen.variant != plain or chosen.mapping != "task":
-        reference = Candidate(plain, chosen.steps, "task", chosen.mix)
+        reference = Candidate(plain, chosen.steps, "task", chosen.mix, chosen.kind)
         if reference not in where or not significantly_better(evidence.hits[where[chosen]],
                                                                evidence.hits[where[reference]]):
             chosen = best(plain_pool)
@@ -308,7 +312,7 @@ def _longest_as_good(evidence: Evidence, chosen: Candidate, where: dict[Candidat
     """The longest step count whose hits are within one paired standard error of ``chosen``'s."""
     mine = evidence.hits[where[chosen]]
     for s in sorted({c.steps for c in evidence.candidates if c.steps > chosen.steps}, reverse=True):
-        other = Candidate(chosen.variant, s, chosen.mapping, chosen.mix)
+        other = Candidate(chosen.variant, s, chosen.mapping, chosen.mix, chosen.kind)
         if other in where:
             difference = mine - evidence.hits[where[other]]
             if difference.sum() <= np.sqrt(np.count_nonzero(difference)):

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..errors import InvalidInputError
 from .beta import BetaChoice, select_beta, select_beta_unseen
 from .config import RefineConfig
 from .metrics import hubness
@@ -42,6 +43,9 @@ from .selection import (
     support_folds,
 )
 
+CENTRING_MIN_NORM = 1e-3
+"""Unit rows closer than this to their mean lose their direction when centred."""
+
 
 @dataclass(frozen=True)
 class Asked:
@@ -53,7 +57,7 @@ class Asked:
     mappings: tuple[str, ...]
     centers: tuple[bool, ...]
     refines: tuple[bool, ...]
-    support_kind: str
+    kinds: tuple[str, ...]  # support prototypes to try: "discriminant" and/or "mean"
     keep_zero_shot: bool
     new_class_map: str  # "auto" (class-disjoint β) or "ema" (the paper's W_tt)
     cv_splits: int
@@ -121,6 +125,13 @@ def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
     """The support rows (and their β) without and/or with centring, as far as ``asked.centers`` needs."""
     out = {}
     for centred in asked.centers:
+        if centred and warm is None and float((x - mean).norm(dim=-1).min()) < CENTRING_MIN_NORM:
+            if asked.centers == (True,):
+                raise InvalidInputError(
+                    "center=True needs support rows that differ in direction, but centring sends some of them to "
+                    "(almost) zero: the support lies along one direction. Set center=False (or 'auto')."
+                )
+            continue  # "auto": a centring that erases rows is not a candidate
         fit_rows = F.normalize(x - mean, dim=-1) if centred else x
         served = first_view(x) - mean if centred else first_view(x)
         if warm is not None:
@@ -153,7 +164,7 @@ def fit_supervised(
     rows = variant_rows(x, labels, prototypes, asked, identity_informative, seed, mean, warm)
     plain = Variant(asked.centers[0] if len(asked.centers) == 1 else False,
                     asked.refines[0] if len(asked.refines) == 1 else False)
-    variants = {Variant(c, r): rows[c][0] for c in asked.centers for r in asked.refines}
+    variants = {Variant(c, r): rows[c][0] for c in asked.centers if c in rows for r in asked.refines}
     y_np = labels.cpu().numpy()
     folds = support_folds(y_np, N_FOLDS, seed)
 
@@ -171,10 +182,10 @@ def fit_supervised(
         kept = rows[plain.center][1].beta == 1.0 and identity_informative
         mix = (0.0 if kept else ONE_SHOT_MIX) if len(asked.mixes) > 1 else asked.mixes[0]
         candidate, horizon = Candidate(plain, int(steps), asked.mappings[0] if len(asked.mappings) == 1 else "task",
-                                       float(mix)), int(steps)
+                                       float(mix), asked.kinds[0]), int(steps)
         selection = Selection(candidate, "one-shot", horizon)
-    elif asked.steps is not None and len(variants) == len(asked.mixes) == len(asked.mappings) == 1:
-        candidate = Candidate(plain, int(asked.steps), asked.mappings[0], float(asked.mixes[0]))
+    elif asked.steps is not None and len(variants) == len(asked.mixes) == len(asked.mappings) == len(asked.kinds) == 1:
+        candidate = Candidate(plain, int(asked.steps), asked.mappings[0], float(asked.mixes[0]), asked.kinds[0])
         horizon = int(asked.steps)
         selection = Selection(candidate, "fixed", horizon)
     else:
@@ -187,7 +198,7 @@ def fit_supervised(
             [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r) for r in range(CLOSED_FORM_REPEATS)]
         evidence = Evidence.mean([cross_fitted_evidence(
             variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=asked.mixes,
-            mappings=asked.mappings, support_kind=asked.support_kind, config=config, random_state=seed,
+            mappings=asked.mappings, kinds=asked.kinds, config=config, random_state=seed,
             progress=progress,
         ) for f in repeats])
         selection = choose(evidence, plain)
@@ -209,7 +220,7 @@ def fit_supervised(
                     train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
-    vectors, bias = classifier(source.served @ served_map, labels, base, candidate.mix, asked.support_kind)
+    vectors, bias = classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind)
     if bias is None:
         bias = torch.zeros(n_classes, dtype=prototypes.dtype, device=device)
 

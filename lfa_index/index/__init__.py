@@ -3,13 +3,13 @@
 ``folding``    the folding math, pure functions over arrays (also used by the stores and integrations)
 ``maps``       the LFA's maps as raw queries see them (G, o)
 ``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
-``calibration`` held-out scores of the support rows, which calibrate rejection thresholds
+``calibration`` rejection thresholds: held-out scores of the support rows, the quantile, the check of τ
 ``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes
 ``corpus``     the aligned image corpus with its read/write lock
 ``device``     FAISS placement (GPU)
 ``export``     what a fitted index hands to other stores (folded prototypes, prepared queries, maps)
 ``format``     what the index saves and loads (``legacy``: formats 1 and 2)
-``validation`` queries at the public boundary
+``validation`` inputs at the public boundary (queries, added prototypes, partial_fit rows)
 ``aligned_index``  the :class:`AlignedIndex` estimator that composes them
 
 Example

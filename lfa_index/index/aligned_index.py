@@ -15,24 +15,17 @@ from ..arrays import MAPPINGS, Mapping
 from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
 from ..core.validation import check_embeddings, check_number, validate_params
-from ..errors import (
-    DimensionMismatchError,
-    EmptyIndexError,
-    InvalidParameterError,
-    LabelError,
-    NotFittedError,
-    ShapeError,
-)
+from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
-from .calibration import heldout_scores
+from .calibration import check_reject_below, quantile_threshold, support_scores
 from .classes import ClassTable, class_vectors, nearest_classes, search_classes
-from .corpus import Corpus, apply_params, check_factory, check_raw_index, reconstruct
+from .corpus import Corpus, check_factory, check_raw_index, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
 from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
 from .maps import query_maps
-from .validation import check_query_matrix
+from .validation import check_more_support, check_query_matrix, check_text_matrix
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
@@ -135,17 +128,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._check_fitted()
         with self._lock:
             table, seen = self._table, self.support_embeddings_
-            support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,))
-            if support.shape[1:] != seen.shape[1:]:
-                raise ShapeError(
-                    f"img_emb has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
-                    "pass embeddings from the same model with the same number of views."
-                )
-            if (labels is None) != (self.support_labels_ is None):
-                raise LabelError(
-                    "partial_fit needs labels exactly when fit had them: pass labels=None for an unsupervised index, "
-                    "labels otherwise."
-                )
+            support = check_more_support(img_emb, labels, seen, self.support_labels_)
             y = None if labels is None else table.labels.positions(labels, n_rows=len(support))
             all_y = None if y is None else np.concatenate([self.support_labels_, y])
             lfa = copy.deepcopy(self.lfa_).set_params(warm_start=True)
@@ -191,9 +174,14 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         x = self._check_queries(X)
         if reject_below is None:
             return table.labels.labels(nearest_classes(table, x))
-        check_number(reject_below, "reject_below")  # any finite τ: class biases take scores beyond [-1, 1]
+        self.check_threshold(reject_below)
         scores, positions = search_classes(table, x, 1)
         return table.labels.reject(table.labels.labels(positions[:, 0]), scores[:, 0], reject_below)
+
+    def check_threshold(self, reject_below: Any) -> float:
+        """``reject_below`` as a finite τ that can separate scores: within [-1, 1] (aligned cosines)
+        unless the classifier has class biases, whose scores reach beyond; typed error otherwise."""
+        return check_reject_below(reject_below, bounded=not self.augmented_)
 
     def search(self, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` classes of each query: ``(aligned scores, labels)``, each (n, min(k, C)), best first."""
@@ -227,24 +215,13 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         >>> index.predict(queries, reject_below=index.rejection_threshold(0.95))
         """
         check_number(accept_rate, "accept_rate", low=0.0, high=1.0, low_inclusive=False)
-        if img_emb is None:
-            best = self._heldout_scores()
-        else:
-            table = self._snapshot()
-            best = search_classes(table, self._check_queries(img_emb, name="img_emb"), 1)[0][:, 0]
-        # "lower" picks an observed score, so at least accept_rate of the rows score >= τ
-        return float(np.quantile(best, 1.0 - accept_rate, method="lower"))
-
-    def _heldout_scores(self) -> np.ndarray:
-        """Held-out best score of each support row (see :meth:`rejection_threshold`)."""
+        if img_emb is not None:
+            best = search_classes(self._snapshot(), self._check_queries(img_emb, name="img_emb"), 1)[0][:, 0]
+            return quantile_threshold(best, accept_rate)
         with self._lock:
             table = self._snapshot()
             lfa, support, labels = self.lfa_, self.support_embeddings_, self.support_labels_
-        prototypes = table.text_embeddings[: len(lfa.prototypes_)]
-        scores, how = heldout_scores(lfa, support, labels, prototypes)
-        if how == "k-fold":
-            lfa.heldout_scores_ = scores  # computed once per fit; saved with the estimator
-        return scores
+        return quantile_threshold(support_scores(lfa, support, labels, table.text_embeddings), accept_rate)
 
     # ------------------------------------------------------------------ aligned corpus
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
@@ -343,10 +320,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             folded=saved.folded,
         )
         if saved.corpus is not None:
-            index, ids, mapping, next_id, query_map = saved.corpus
-            corpus_index = device.to_device(index)
-            apply_params(corpus_index, self.corpus_params, self.corpus_factory, device)
-            self._corpus = Corpus(corpus_index, query_map, mapping, ids, next_id, device, self.corpus_factory)
+            self._corpus = Corpus.restore(saved.corpus, self.corpus_factory, self.corpus_params, device)
 
     # ------------------------------------------------------------------ plumbing
     classes_ = _from_table(lambda t: t.labels.classes, "Labels of the classes, (C,).")
@@ -393,14 +367,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return check_query_matrix(X, name=name, dim=self._snapshot().n_features, allow_zero=allow_zero)
 
     def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
-        text = check_embeddings(text_emb, name=name)
-        expected = self._snapshot().text_embeddings.shape[1]
-        if text.shape[1] != expected:
-            raise DimensionMismatchError(
-                f"{name} has {text.shape[1]} dimensions but the index was fitted on {expected}-d prototypes; "
-                "embed text with the same text model."
-            )
-        return text
+        return check_text_matrix(text_emb, name=name, dim=self._snapshot().text_embeddings.shape[1])
 
 
 def _keyword_error(options: dict[str, Any]) -> InvalidParameterError:

@@ -1,4 +1,4 @@
-"""Scores that calibrate rejection thresholds: each support row scored by a model that never saw it.
+"""Rejection thresholds: scores that calibrate them, the quantile that sets them, the check of a given one.
 
 A fitted map scores its own support rows higher than unseen images of the same classes, so a
 threshold taken on them accepts far fewer test images than asked. The default LFA keeps the
@@ -9,7 +9,7 @@ Example
 -------
 >>> scores, how = heldout_scores(index.lfa_, index.support_embeddings_, index.support_labels_,
 ...                              index.text_embeddings_[: len(index.lfa_.prototypes_)])
->>> tau = float(np.quantile(scores, 0.05, method="lower"))
+>>> tau = quantile_threshold(scores, accept_rate=0.95)  # float(np.quantile(scores, 0.05, method="lower"))
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..core.validation import check_number
 from . import folding
 from .maps import query_maps
 
@@ -54,6 +55,29 @@ def heldout_scores(
         model.fit(support[train], None if labels is None else labels[train], prototypes)
         out[held] = best_scores(model, rows[held])
     return out, "k-fold"
+
+
+def support_scores(lfa: Any, support: np.ndarray, labels: np.ndarray | None, text: np.ndarray) -> np.ndarray:
+    """:func:`heldout_scores` of a fitted index (``text``: all its class prototypes as given, (C, d_txt)).
+
+    K-fold scores are kept in ``lfa.heldout_scores_``: computed once per fit, and saved with the estimator.
+    """
+    scores, how = heldout_scores(lfa, support, labels, text[: len(lfa.prototypes_)])
+    if how == "k-fold":
+        lfa.heldout_scores_ = scores
+    return scores
+
+
+def quantile_threshold(scores: np.ndarray, accept_rate: float) -> float:
+    """τ such that at least ``accept_rate`` of ``scores`` are >= τ ("lower" picks an observed score)."""
+    return float(np.quantile(scores, 1.0 - accept_rate, method="lower"))
+
+
+def check_reject_below(reject_below: Any, *, bounded: bool) -> float:
+    """``reject_below`` as a finite float τ, within [-1, 1] when ``bounded`` (scores are aligned cosines,
+    no class biases); :class:`~lfa_index.errors.InvalidParameterError` otherwise."""
+    check_number(reject_below, "reject_below", low=-1.0 if bounded else None, high=1.0 if bounded else None)
+    return float(reject_below)
 
 
 def best_scores(lfa: Any, x: np.ndarray) -> np.ndarray:

@@ -98,6 +98,18 @@ class Corpus:
         apply_params(index, params, factory, device)
         return cls(index, query_map, mapping, np.empty(0, dtype=np.int64), 0, device, factory)
 
+    @classmethod
+    def restore(
+        cls, saved: tuple[faiss.Index, np.ndarray, str, int, QueryMap], factory: str, params: str | None,
+        device: FaissDevice,
+    ) -> "Corpus":
+        """A corpus as loaded (``SavedIndex.corpus``: CPU index, sorted ids, mapping, next_id, map), moved
+        to ``device`` and searched with ``params``."""
+        index, ids, mapping, next_id, query_map = saved
+        index = device.to_device(index)
+        apply_params(index, params, factory, device)
+        return cls(index, query_map, mapping, ids, next_id, device, factory)
+
     @property
     def size(self) -> int:
         return int(self.index.ntotal)

@@ -1,4 +1,5 @@
-"""Queries at the public boundary of an AlignedIndex: one conversion and one check per call."""
+"""Inputs at the public boundary of an AlignedIndex: queries (one conversion and one check per call),
+class prototypes added later, and the support rows of ``partial_fit``."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ..core.validation import as_real_array
-from ..errors import DimensionMismatchError, NonFiniteError, ShapeError, ZeroNormError
+from ..core.validation import as_real_array, check_embeddings
+from ..errors import DimensionMismatchError, LabelError, NonFiniteError, ShapeError, ZeroNormError
 
 # Squared row norms outside this range lose bits in float32 (overflow, or squares in the denormal
 # range): such rows are rescaled to a largest entry of 1, which leaves every answer unchanged.
@@ -62,3 +63,32 @@ def check_query_matrix(X: Any, *, name: str, dim: int, allow_zero: bool = False)
     x = x.copy() if np.shares_memory(x, arr) else x  # never write into the caller's array
     x[rows[~zero]] = (exact[~zero] / peak[~zero, None]).astype(np.float32)
     return x
+
+
+def check_text_matrix(text_emb: Any, *, name: str, dim: int) -> np.ndarray:
+    """Class prototypes (n, ``dim``) from the text model the index was fitted with: checked embeddings,
+    or :class:`DimensionMismatchError`."""
+    text = check_embeddings(text_emb, name=name)
+    if text.shape[1] != dim:
+        raise DimensionMismatchError(
+            f"{name} has {text.shape[1]} dimensions but the index was fitted on {dim}-d prototypes; "
+            "embed text with the same text model."
+        )
+    return text
+
+
+def check_more_support(img_emb: Any, labels: Any, seen: np.ndarray, seen_labels: np.ndarray | None) -> np.ndarray:
+    """Support rows for ``partial_fit``: shaped as the support set ``seen`` so far (same model and views),
+    with labels exactly when it had them; :class:`ShapeError` or :class:`LabelError` otherwise."""
+    support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,))
+    if support.shape[1:] != seen.shape[1:]:
+        raise ShapeError(
+            f"img_emb has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
+            "pass embeddings from the same model with the same number of views."
+        )
+    if (labels is None) != (seen_labels is None):
+        raise LabelError(
+            "partial_fit needs labels exactly when fit had them: pass labels=None for an unsupervised index, "
+            "labels otherwise."
+        )
+    return support

@@ -140,7 +140,7 @@ def classify_rows(
     """
     check_number(batch_size, "batch_size", low=1, integer=True)
     if reject_below is not None:
-        check_number(reject_below, "reject_below", low=-1.0, high=1.0)
+        index.check_threshold(reject_below)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     kept = [] if write_field is None else [f for f in _field_names(store, write_field) if f != write_field]
     ids, labels, scores, values = [], [], [], {f: [] for f in kept}

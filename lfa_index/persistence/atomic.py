@@ -1,0 +1,166 @@
+"""Atomic saves: durable writes, the all-at-once manifest replace, the save lock, and crash recovery.
+
+A file is durable once it and its directory are fsync'ed; ``manifest.json`` is replaced with
+``os.replace`` from a temporary file beside it, which is the commit of a save. What a crashed save
+leaves behind is removed by the next one (:func:`_remove_entries`); folders that lfa-index <= 0.1
+left beside the target (``.NAME.XXXXXXXX.tmp/.old``) are removed or, for a moved-aside index,
+moved back (:func:`_restore_moved_index`).
+
+Example
+-------
+>>> with _locked(Path("idx"), exclusive=True) as held:
+...     _replace_file(Path("idx/manifest.json"), b"{...}")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+from .layout import _SUFFIXES, LOCK_FILE, MANIFEST
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: saves are not serialised, see _locked
+    fcntl = None  # type: ignore[assignment]
+
+_UNLOCKED_GRACE_S = 3600.0  # without file locks, a younger stray data folder may be another save's
+
+
+# ------------------------------------------------------------------------------ durable writes
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` all at once: a temporary file beside it, fsync, ``os.replace``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------ the lock
+@contextlib.contextmanager
+def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
+    """Hold ``directory``'s lock file: exclusive for a save, shared for a read. Yields whether it is held.
+
+    Where ``fcntl`` or the file system's locks are missing it yields False: saves then race, and the
+    last one to commit wins.
+    """
+    if fcntl is None:
+        yield False
+        return
+    lock = directory / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(lock, os.O_RDONLY)
+    except OSError:
+        if exclusive:
+            raise
+        yield False  # no lock file (format 1-2, or a read-only copy): nobody saves here with locks
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            held = True
+        except OSError:  # e.g. ENOLCK on some network file systems
+            held = False
+        yield held
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------ crash recovery
+def _remove_entries(root: Path, names: list[str], *, young_too: bool) -> None:
+    """Best-effort removal of lfa-index's own entries; a failure is retried by the next save."""
+    for name in names:
+        entry = root / name
+        try:
+            if not young_too and time.time() - entry.lstat().st_mtime < _UNLOCKED_GRACE_S:
+                continue  # without a lock it may be another save's folder in progress
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            pass
+    if names:
+        _fsync_dir(root)
+
+
+def _sibling_leftovers(target: Path) -> list[Path]:
+    """Folders that lfa-index <= 0.1 left beside ``target`` when a save crashed (``.NAME.XXXXXXXX.tmp/.old``)."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.(tmp|old)")
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        entry = target.parent / name
+        if not pattern.fullmatch(name) or entry.is_symlink() or not entry.is_dir():
+            continue
+        try:
+            parts = os.listdir(entry)
+        except OSError:
+            continue
+        if all(p == MANIFEST or (Path(p).suffix in _SUFFIXES and (entry / p).is_file()) for p in parts):
+            found.append(entry)
+    return found
+
+
+def _remove_sibling_leftovers(target: Path) -> None:
+    for entry in _sibling_leftovers(target):
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _restore_moved_index(target: Path) -> Path | None:
+    """Where an index lies that lfa-index <= 0.1 moved aside (``.NAME.XXXXXXXX.old``) and crashed.
+
+    It is moved back to ``target`` when possible, else read where it is.
+    """
+    moved = [p for p in _sibling_leftovers(target) if p.name.endswith(".old") and (p / MANIFEST).is_file()]
+    if not moved:
+        return None
+    newest = max(moved, key=lambda p: p.stat().st_mtime_ns)
+    try:
+        os.rename(newest, target)
+    except OSError:
+        return target if target.is_dir() else newest
+    _fsync_dir(target.parent)
+    return target

@@ -1,0 +1,128 @@
+"""Reading an index directory: the manifest checked, every file verified against its sha256 and size.
+
+A save that commits while a read is under way makes the read start over (lock-free a few times,
+then under the shared lock), so a read returns one complete index.
+
+Example
+-------
+>>> docs, arrays, indexes = read_index_dir("idx", kind="aligned-index")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import faiss
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+from ..errors import IndexFormatError, IndexNotFoundError, LFAIndexError
+from .atomic import _locked, _restore_moved_index
+from .layout import _SUFFIXES, MANIFEST, _parse_manifest, _sha256
+
+_READ_ATTEMPTS = 4  # lock-free reads before a reader takes the shared lock
+
+
+class _IndexChanged(Exception):
+    """A save committed while this read was under way: read again."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def read_index_dir(
+    path: str | os.PathLike, *, kind: str
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]], dict[str, faiss.Index]]:
+    """Verify and read a directory written by :func:`~lfa_index.persistence.write_index_dir`.
+
+    Returns ``(documents, arrays, faiss_indexes)`` keyed by file name. Raises
+    :class:`IndexFormatError` for a missing, foreign, corrupted or truncated directory and
+    :class:`IndexVersionError` for one written by a newer format version. A save that commits
+    while the read is under way makes the read start over, so it returns one complete index.
+    """
+    given = Path(path)
+    root = given if given.exists() else (_restore_moved_index(given) or given)
+    if not root.exists():
+        raise IndexNotFoundError(f"no index directory at {given}; pass the directory given to save().")
+    if not root.is_dir():
+        raise IndexFormatError(f"{given} is a file, not an index directory; pass the directory given to save().")
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            return _read_once(root, kind)
+        except _IndexChanged:
+            continue
+    with _locked(root, exclusive=False):  # saves cannot commit while it is held
+        try:
+            return _read_once(root, kind)
+        except _IndexChanged as changed:  # saves without locks keep committing: give up
+            if isinstance(changed.error, LFAIndexError):
+                raise changed.error from None
+            raise IndexFormatError(f"{given} kept changing while it was read ({changed.error}); retry.") from None
+
+
+def _read_once(
+    root: Path, kind: str
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]], dict[str, faiss.Index]]:
+    manifest_path = root / MANIFEST
+    try:
+        raw = manifest_path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError) as err:
+        raise IndexFormatError(
+            f"{root} is not an lfa-index directory (no {MANIFEST}); pass a directory written by save()."
+        ) from err
+    except OSError as err:
+        raise IndexFormatError(f"{manifest_path} cannot be read ({err.strerror or err}).") from err
+    manifest = _parse_manifest(root, raw, kind)
+    folder = root / manifest["data"] if manifest["format_version"] >= 3 else root
+    try:
+        return _read_files(folder, manifest["files"])
+    except (IndexFormatError, OSError) as err:
+        try:
+            now = manifest_path.read_bytes()
+        except OSError:
+            now = None
+        if now != raw:
+            raise _IndexChanged(err) from err
+        if isinstance(err, LFAIndexError):
+            raise
+        raise IndexFormatError(f"{folder} could not be read ({err}); re-save the index.") from err
+
+
+def _read_files(
+    folder: Path, files: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]], dict[str, faiss.Index]]:
+    documents: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
+    indexes: dict[str, faiss.Index] = {}
+    for name, entry in files.items():
+        file = folder / name
+        _verify_file(file, entry)
+        part = _SUFFIXES[Path(name).suffix]
+        try:
+            if part == "json":
+                documents[name] = json.loads(file.read_bytes())
+            elif part == "safetensors":
+                arrays[name] = load_file(str(file))
+            else:
+                indexes[name] = faiss.read_index(str(file))
+        except (ValueError, OSError, RuntimeError, RecursionError, SafetensorError) as err:
+            raise IndexFormatError(f"{file} could not be read although its checksum matches: {err}") from err
+    return documents, arrays, indexes
+
+
+def _verify_file(file: Path, entry: Mapping[str, Any]) -> None:
+    if not file.is_file():
+        raise IndexFormatError(f"{file} is listed in the manifest but missing; the index is incomplete, re-save it.")
+    size = file.stat().st_size
+    if size != entry["bytes"]:
+        raise IndexFormatError(
+            f"{file} has {size} bytes but the manifest says {entry['bytes']}: the file is truncated or was "
+            "replaced; re-save the index."
+        )
+    if _sha256(file) != entry["sha256"]:
+        raise IndexFormatError(f"{file} does not match its sha256 in the manifest: it is corrupted; re-save the index.")

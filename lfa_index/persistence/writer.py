@@ -1,0 +1,149 @@
+"""Saving an index directory: a new data folder, then the manifest replaced in one step (the commit).
+
+Example
+-------
+>>> write_index_dir("idx", kind="aligned-index", documents={"params.json": {"a": 1}},
+...                 arrays={"arrays.safetensors": {"W": w}}, faiss_indexes={})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import faiss
+import numpy as np
+from safetensors.numpy import save_file
+
+from ..errors import IndexPathError, IndexPermissionError, LFAIndexError
+from .atomic import (
+    _fsync,
+    _fsync_dir,
+    _locked,
+    _remove_entries,
+    _remove_sibling_leftovers,
+    _replace_file,
+    _write_bytes,
+)
+from .layout import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    _checked_name,
+    _committed_data,
+    _inspect,
+    _is_plain_file,
+    _library_version,
+    _sha256,
+)
+
+
+def write_index_dir(
+    path: str | os.PathLike,
+    *,
+    kind: str,
+    documents: Mapping[str, Any],
+    arrays: Mapping[str, Mapping[str, np.ndarray]],
+    faiss_indexes: Mapping[str, faiss.Index],
+) -> Path:
+    """Write every part under ``path`` atomically and return ``path``.
+
+    ``documents`` maps file names to JSON-serialisable objects, ``arrays`` file names to dicts of
+    numpy arrays (one safetensors file each), ``faiss_indexes`` file names to CPU FAISS indexes.
+    An existing lfa-index or empty directory at ``path`` is replaced; a symbolic link is followed.
+    A file, or a directory holding files lfa-index did not write, raises :class:`IndexPathError`;
+    a target that cannot be written raises :class:`IndexPermissionError`.
+    """
+    given = Path(path)
+    with _os_errors(given):
+        target = _resolve(given)
+        _inspect(target, given)  # refuse a file or foreign contents before writing anything
+        target.mkdir(parents=True, exist_ok=True)
+        with _locked(target, exclusive=True) as locked:
+            state = _inspect(target, given)
+            _remove_entries(target, state.stale, young_too=locked)
+            data = Path(tempfile.mkdtemp(prefix="data-", dir=target))
+            try:
+                files = _write_parts(data, documents, arrays, faiss_indexes)
+                legacy = sorted(name for name in state.legacy if _is_plain_file(target / name))
+                manifest = {
+                    "format": FORMAT_NAME,
+                    "kind": kind,
+                    "format_version": FORMAT_VERSION,
+                    "library_version": _library_version(),
+                    "data": data.name,
+                    "files": files,
+                    "legacy_files": legacy,
+                }
+                _replace_file(target / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+            except BaseException:
+                if _committed_data(target) != data.name:  # an interrupt may land right after the commit
+                    shutil.rmtree(data, ignore_errors=True)
+                raise
+            # Committed: what the previous index used is garbage now (a crash here is cleaned next time).
+            previous = [state.data] if state.data and state.data != data.name else []
+            _remove_entries(target, previous + legacy, young_too=True)
+    _remove_sibling_leftovers(target)
+    return given
+
+
+def _resolve(given: Path) -> Path:
+    if not given.is_symlink():
+        return given
+    target = Path(os.path.realpath(given))
+    if target.is_symlink():
+        raise IndexPathError(f"{given} is a symbolic link that never reaches a directory (a loop); fix the link.")
+    return target
+
+
+def _write_parts(
+    folder: Path,
+    documents: Mapping[str, Any],
+    arrays: Mapping[str, Mapping[str, np.ndarray]],
+    faiss_indexes: Mapping[str, faiss.Index],
+) -> dict[str, dict[str, Any]]:
+    for name, doc in documents.items():
+        _write_bytes(folder / _checked_name(name, "json"), json.dumps(doc, indent=1, sort_keys=True).encode())
+    for name, tensors in arrays.items():
+        contiguous = {key: np.ascontiguousarray(value) for key, value in tensors.items()}
+        save_file(contiguous, str(folder / _checked_name(name, "safetensors")), metadata={"format": FORMAT_NAME})
+        _fsync(folder / name)
+    for name, index in faiss_indexes.items():
+        faiss.write_index(index, str(folder / _checked_name(name, "faiss")))
+        _fsync(folder / name)
+    _fsync_dir(folder)
+    return {
+        name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
+        for name in sorted(os.listdir(folder))
+    }
+
+
+@contextlib.contextmanager
+def _os_errors(given: Path) -> Iterator[None]:
+    """Name the path the user gave, not a temporary one, when the file system refuses a save."""
+    try:
+        yield
+    except LFAIndexError:
+        raise
+    except PermissionError as err:
+        raise IndexPermissionError(
+            f"cannot write the index to {given}: permission denied ({err.strerror or err}); save to a directory "
+            "you can write to, or fix its permissions."
+        ) from err
+    except OSError as err:
+        if err.errno == errno.EROFS:
+            raise IndexPermissionError(
+                f"cannot write the index to {given}: the file system is read-only; save to a writable directory."
+            ) from err
+        if isinstance(err, (NotADirectoryError, FileExistsError)):
+            raise IndexPathError(
+                f"cannot save the index to {given}: a part of that path is a file, not a directory ({err.strerror}); "
+                "choose another path."
+            ) from err
+        raise
