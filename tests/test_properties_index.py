@@ -209,14 +209,16 @@ def test_rejection_threshold_accepts_the_rate_it_was_asked_for_on_its_calibratio
     tau=st.one_of(st.floats(-10, 10), st.sampled_from([float("nan"), float("inf"), -float("inf"), "0.5", None])),
 )
 def test_predict_rejects_exactly_the_queries_scoring_below_any_finite_threshold(indexes, layout, tau):
-    """Class biases take aligned scores beyond [-1, 1], so any finite τ is a threshold."""
+    """Class biases take aligned scores beyond [-1, 1], so there any finite τ is a threshold; without
+    them scores are aligned cosines and τ must lie in [-1, 1]."""
     index, centres = indexes[layout]
     queries = np.ascontiguousarray(centres + 0.2, dtype=np.float32)
     try:
         predicted = index.predict(queries, reject_below=tau)
     except LFAIndexError:
-        assert isinstance(tau, str) or not np.isfinite(tau)
+        assert isinstance(tau, str) or not np.isfinite(tau) or (not index.augmented_ and abs(tau) > 1)
         return
+    assert index.augmented_ or tau is None or abs(tau) <= 1
     best, labels = index.search(queries, 1)
     if tau is None:  # no rejection
         assert predicted.tolist() == labels[:, 0].tolist()

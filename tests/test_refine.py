@@ -105,7 +105,7 @@ def test_one_shot_support_refines_at_most_one_step_per_row_without_a_held_out_sp
     assert lfa.steps_ == min(100, len(y)) and lfa.step_trials_ is None
     assert lfa.selection_["how"] == "one-shot"
     paper = LFA.paper(random_state=0).fit(x, y, protos)
-    assert paper.steps_ == 100 and paper.step_trials_ == []
+    assert paper.steps_ == min(100, len(y)) and paper.step_trials_ == []
 
 
 def test_branch_free_graph_step_refines_like_the_eager_step():

@@ -78,7 +78,8 @@ def test_hybrid_prototypes_switch_on_where_the_support_carries_the_classes():
     paper = LFA.paper(steps=50, random_state=0).fit(x, y, text)
     auto = LFA(random_state=0).fit(x, y, text)
     assert auto.prototype_mix_ >= 0.5
-    assert auto.intercept_.any()  # the discriminant brings class biases
+    # the discriminant brings class biases; plain class means bring none
+    assert auto.intercept_.any() == (auto.support_kind_ == "discriminant")
     assert auto.score(xt, yt) > paper.score(xt, yt) + 0.1
     assert auto.selection_["how"] == "held-out" and auto.selection_["rows"] == len(y)
 
@@ -264,7 +265,9 @@ def test_options_that_need_an_affine_query_side_refuse_the_papers_shrinking_proj
     with pytest.raises(InvalidParameterError, match="projection='widen'"):
         LFA(projection="shrink", center=True, steps=5).fit(x, y, narrow)
     with pytest.raises(InvalidParameterError, match="projection='widen'"):
-        LFA(projection="shrink", prototype_mix=0.5, steps=5).fit(x, y, narrow)
+        LFA(projection="shrink", prototype_mix=0.5, support_prototypes="discriminant", steps=5).fit(x, y, narrow)
+    means = LFA(projection="shrink", prototype_mix=0.5, steps=5, random_state=0).fit(x, y, narrow)
+    assert means.support_kind_ == "mean" and not means.intercept_.any()  # class means need no affine side
     auto = LFA(projection="shrink", steps=5, random_state=0).fit(x, y, narrow)
     assert auto.projection_side_ == "image" and not auto.center_ and not auto.intercept_.any()
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
+from lfa_index.errors import InvalidParameterError
 from lfa_index.stores.uri import URI_FORMS
 
 from .errors import CLIError
@@ -141,8 +142,16 @@ def given_threshold(args: argparse.Namespace) -> float | None:
 
 
 def rejection_threshold(args: argparse.Namespace, index: AlignedIndex, given: float | None) -> float | None:
-    """The threshold of ``--reject-below``: ``given``, or with 'auto' the index's (95% of the support kept)."""
-    return index.rejection_threshold(0.95) if args.reject_below == "auto" else given
+    """The threshold of ``--reject-below``: ``given`` once the index accepts it (within [-1, 1] unless
+    its classifier has class biases), or with 'auto' the index's (95% of the support kept)."""
+    if args.reject_below == "auto":
+        return index.rejection_threshold(0.95)
+    if given is not None:
+        try:
+            index.check_threshold(given)
+        except InvalidParameterError as err:
+            raise CLIError(f"--reject-below: {err}") from err
+    return given
 
 
 def lfa_options(args: argparse.Namespace) -> dict[str, Any]:

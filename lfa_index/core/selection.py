@@ -56,8 +56,9 @@ CLOSED_FORM_FOLDS = 8
 CLOSED_FORM_REPEATS = 5
 PAPER_HORIZON = 400
 PAPER_CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200, 300, 400)
-# With one row per class nothing can be held out: the middle of the paper's "50-200 iterations"
-# (section 5), at most one step per support row.
+# With one row per class nothing can be held out: at most one step per support row (a 1-shot run
+# reaches zero training loss early and then drifts with the augmentation noise), and at most the
+# middle of the paper's "50-200 iterations" (section 5).
 ONE_SHOT_STEPS = 100
 # ... and, unless the zero-shot map is kept, the support row enters its class prototype with a light
 # fixed weight (shrinkage towards the text prototype; a held-out choice is impossible with one row
@@ -267,10 +268,12 @@ def _preference(c: Candidate) -> tuple:
     return (-c.variant.options_on(), c.mapping == "task", c.kind == "discriminant", c.mix, c.steps)
 
 
-def choose(evidence: Evidence, plain: Variant) -> Selection:
+def choose(evidence: Evidence, plain: Variant, plain_mapping: str = "task") -> Selection:
     """The candidate with the best neighbourhood-smoothed held-out hits, options only on a significant gain.
 
-    ``plain`` is the variant without the options that were asked for as "auto". Among step counts
+    ``plain`` is the variant without the options that were asked for as "auto", ``plain_mapping``
+    the map served unless the other one is significantly better (the one asked for, else the task
+    map). Among step counts
     as good as the chosen one (within one paired standard error of its held-out hits, same map
     and λ), the longest wins: on a flat stretch of the schedule the choice would otherwise follow
     the noise, and the full schedule is the paper's.
@@ -290,10 +293,10 @@ def choose(evidence: Evidence, plain: Variant) -> Selection:
     def best(pool: list[Candidate]) -> Candidate:
         return max(pool, key=lambda c: (round(smoothed(c), 9), _preference(c)))
 
-    plain_pool = [c for c in evidence.candidates if c.variant == plain and c.mapping == "task"]
+    plain_pool = [c for c in evidence.candidates if c.variant == plain and c.mapping == plain_mapping]
     chosen = best(evidence.candidates)
-    if chosen.variant != plain or chosen.mapping != "task":
-        reference = Candidate(plain, chosen.steps, "task", chosen.mix, chosen.kind)
+    if chosen.variant != plain or chosen.mapping != plain_mapping:
+        reference = Candidate(plain, chosen.steps, plain_mapping, chosen.mix, chosen.kind)
         if reference not in where or not significantly_better(evidence.hits[where[chosen]],
                                                                evidence.hits[where[reference]]):
             chosen = best(plain_pool)
@@ -336,12 +339,12 @@ def select_paper_steps(
     A stratified 25 % of the support is held out; the map is refined on the rest for
     ``max(checkpoints)`` steps of one cosine schedule and scored at each checkpoint by held-out
     top-1 accuracy (ties: lower held-out ARerank loss, then fewer steps). Returns the chosen count
-    and the trials ``(steps, accuracy, loss)``; at 1 shot (nothing to hold out)
-    :data:`ONE_SHOT_STEPS` and no trials.
+    and the trials ``(steps, accuracy, loss)``; at 1 shot (nothing to hold out) one step per
+    support row, at most :data:`ONE_SHOT_STEPS`, and no trials.
     """
     splits = support_splits(labels.cpu().numpy(), n_splits=1, val_size=0.25, random_state=random_state)
     if splits is None:
-        return ONE_SHOT_STEPS, []
+        return int(min(ONE_SHOT_STEPS, len(labels))), []
     (train_idx, val_idx), = splits
     tr = torch.as_tensor(train_idx, device=x.device)
     va = torch.as_tensor(val_idx, device=x.device)

@@ -201,7 +201,7 @@ def fit_supervised(
             mappings=asked.mappings, kinds=asked.kinds, config=config, random_state=seed,
             progress=progress,
         ) for f in repeats])
-        selection = choose(evidence, plain)
+        selection = choose(evidence, plain, asked.mappings[0] if len(asked.mappings) == 1 else "task")
         if horizon == 0:
             selection.how = "no-refinement"
         candidate = selection.chosen
