@@ -49,6 +49,12 @@ except ImportError:  # a serving-only environment
             args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
             return f"{type(self).__name__}({args})"
 
+        def __getstate__(self) -> dict[str, Any]:  # as scikit-learn's: subclasses extend these
+            return dict(self.__dict__)
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            self.__dict__.update(state)
+
     class ClassifierMixin:  # type: ignore[no-redef]
         """Marks a classifier."""
 

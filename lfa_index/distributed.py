@@ -106,7 +106,7 @@ class ClassifyBatch:
         self.score_column = score_column
         self.aligned_column = aligned_column
         self.keep_columns = tuple(keep_columns)
-        self.reject_below = reject_below
+        self.reject_below = None if reject_below is None else self.index.check_threshold(reject_below)
         self._aligned = aligned_column is not None
         self._aligned_dim = int(self.index.prototypes_.shape[1])
 
@@ -214,7 +214,7 @@ def classify_dataset(
     check_number(cpus_per_worker, "cpus_per_worker", low=0.0, low_inclusive=False)
     check_number(batch_size, "batch_size", low=1, integer=True)
     if reject_below is not None:
-        check_number(reject_below, "reject_below")  # finite here; each worker's index checks its range
+        check_number(reject_below, "reject_below")  # finite here; each worker's index checks its range too
     return dataset.map_batches(
         batch_class,
         batch_format="pyarrow",
@@ -300,6 +300,8 @@ def classify_parquet(
     source = [str(p) for p in source] if isinstance(source, (list, tuple)) else str(source)
     destination = str(destination)
     index = AlignedIndex.load(index_path, device="cpu")  # a bad path fails here, once, not in every actor
+    if reject_below is not None:
+        index.check_threshold(reject_below)  # within [-1, 1] unless the classifier has class biases
     if not ray.is_initialized():
         ray.init(address=address)
     _check_cpus(ray, num_workers, cpus_per_worker)

@@ -168,6 +168,11 @@ class RandomWeightsWarning(UserWarning):
     """A vision backbone was named without a checkpoint, so it keeps random weights."""
 
 
+class ApproximateIndexWarning(UserWarning):
+    """A store's existing collection is searched through an approximate index: results can miss
+    true neighbours (lfa-index creates exact ones)."""
+
+
 # ------------------------------------------------------------------ store URIs
 class StoreURIError(InvalidParameterError):
     """A store URI (``SCHEME:LOCATION#COLLECTION``) is malformed or names an unknown scheme."""

@@ -147,6 +147,22 @@ def test_table_without_the_embedding_column_is_a_schema_error(ray_session, table
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_threshold_the_index_cannot_reach_is_refused_before_any_work(ray_session, table, tmp_path):
+    """Without class biases scores are aligned cosines: a τ beyond [-1, 1] would reject every row."""
+    _, _, source, _, _ = table
+    rng = np.random.default_rng(1)
+    text = rng.standard_normal((len(NAMES), D_IMG)).astype(np.float32)
+    labels = np.repeat(np.arange(len(NAMES)), 3)
+    support = (text[labels] + 0.5 * rng.standard_normal((len(labels), D_IMG))).astype(np.float32)
+    bounded = AlignedIndex(lfa=LFA(prototype_mix=0.0, steps=2, device="cpu", random_state=0)).fit(support, labels, text)
+    assert not bounded.augmented_
+    path = bounded.save(tmp_path / "bounded")
+    for tau in (5.0, -1.5):
+        with pytest.raises(InvalidParameterError, match="reject_below"):
+            classify_parquet(source, tmp_path / "out", path, reject_below=tau, cpus_per_worker=0.5)
+        assert not os.path.exists(tmp_path / "out")
+
+
 def test_embeddings_of_another_dimension_are_refused(ray_session, table, tmp_path):
     _, index_path, _, _, _ = table
     pq.write_table(_embedding_table(np.arange(10), np.ones((10, D_IMG + 1), np.float32)), tmp_path / "wide.parquet")

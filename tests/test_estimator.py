@@ -4,7 +4,7 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from synthetic import planted_gap_problem
 
-from lfa_index import LFA, max_pool_frames
+from lfa_index import LFA, DimensionMismatchError, LabelError, max_pool_frames
 from lfa_index.core.projection import random_projection_matrix
 
 
@@ -116,3 +116,25 @@ def test_max_pool_frames_pools_each_clip_and_normalises():
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(pooled, expected, atol=1e-6)
     assert max_pool_frames(frames[0]).shape == (16,)
+
+
+def test_a_fit_that_raises_leaves_a_fitted_estimator_as_it_was(planted):
+    x, y, p, xt, _ = planted
+    lfa = LFA(steps=5, random_state=0).fit(x, y, p)
+    before, W = lfa.predict(xt), lfa.W_.copy()
+    with pytest.raises(DimensionMismatchError):
+        lfa.set_params(projection=False).fit(x, y, p[:, :10])
+    with pytest.raises(LabelError, match="classes must name each"):
+        lfa.set_params(projection="auto").fit(x, None, p, classes=[1, 2])
+    np.testing.assert_array_equal(lfa.W_, W)
+    np.testing.assert_array_equal(lfa.predict(xt), before)
+
+
+def test_an_unseeded_fit_leaves_torchs_global_generator_alone(planted):
+    torch = pytest.importorskip("torch")
+    x, y, p, _, _ = planted
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    LFA(steps=2).fit(x, y, p)
+    assert torch.equal(torch.rand(4), expected)

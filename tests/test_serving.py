@@ -31,11 +31,16 @@ SERVE = textwrap.dedent(
                 raise ImportError(f"{name} is not installed here")
 
     sys.meta_path.insert(0, Blocker())
+    import copy
+    import pickle
+
     import numpy as np
-    from lfa_index import AlignedIndex
+    from lfa_index import LFA, AlignedIndex
     from lfa_index.stores import FaissStore
     from lfa_index.stores.aligned import classify, prototype_dim, search_classes, write_prototypes
 
+    blank = AlignedIndex(lfa=LFA(steps=3))  # an unfitted clone travels to workers by pickle
+    assert repr(pickle.loads(pickle.dumps(blank))) == repr(copy.deepcopy(blank)) == repr(blank)
     index = AlignedIndex.load(sys.argv[1])
     data = np.load(sys.argv[2])
     queries, text = data["queries"], data["text"]

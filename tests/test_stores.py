@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import faiss
 import numpy as np
@@ -314,3 +315,20 @@ def test_a_milvus_lite_file_held_by_another_process_is_named_as_such(tmp_path):
     finally:
         holder.stdin.close()
         holder.wait(60)
+
+
+def test_an_existing_milvus_collection_with_an_approximate_index_warns_when_opened(milvus_uri):
+    from lfa_index.errors import ApproximateIndexWarning
+
+    store = MilvusStore(milvus_uri, "approximate", dim=4)
+    client, field = store._client, store.embedding_field
+    client.release_collection("approximate")
+    client.drop_index("approximate", index_name=client.list_indexes("approximate")[0])
+    params = client.prepare_index_params()
+    params.add_index(field_name=field, index_type="IVF_FLAT", metric_type="IP", params={"nlist": 4})
+    client.create_index("approximate", params)
+    with pytest.warns(ApproximateIndexWarning, match="IVF_FLAT"):
+        MilvusStore(milvus_uri, "approximate")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ApproximateIndexWarning)
+        MilvusStore(milvus_uri, "exact", dim=4)  # what lfa-index creates: FLAT

@@ -331,8 +331,11 @@ def test_lancedb_table_without_a_vector_column_is_a_schema_error(tmp_path):
             store.search(np.ones((1, 4)), 1, where={"nope": 1})
 
 
-def test_chroma_scores_are_exact_inner_products_not_one_minus_distance(tmp_path):
+def test_chroma_scores_are_exact_inner_products_not_one_minus_distance(tmp_path, monkeypatch):
     pytest.importorskip("chromadb", reason="needs the [chroma] extra")
+    from lfa_index.stores import chroma
+
+    monkeypatch.setattr(chroma, "EXACT_ROWS", 0)  # through HNSW's candidates, as a large collection
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((200, 16)) * 30).astype(np.float32)  # large scores: 1 - d would round
     q = rng.standard_normal((10, 16)).astype(np.float32)
@@ -344,6 +347,23 @@ def test_chroma_scores_are_exact_inner_products_not_one_minus_distance(tmp_path)
     np.testing.assert_allclose(scores, exact, rtol=1e-6)
     one_minus = 1.0 - np.asarray(raw["distances"], dtype=np.float32)
     assert np.abs(one_minus - exact).max() > np.abs(scores - exact).max()
+
+
+def test_a_small_chroma_collection_of_unequal_norms_is_searched_exactly(tmp_path):
+    """HNSW's inner-product graph can leave such rows unreachable; a small collection is scored in full."""
+    pytest.importorskip("chromadb", reason="needs the [chroma] extra")
+    rng = np.random.default_rng(6)
+    centres = rng.standard_normal((6, 16))
+    x = (centres[rng.integers(0, 6, 300)] + 0.1 * rng.standard_normal((300, 16)))
+    x = (x * rng.uniform(0.2, 5.0, (300, 1))).astype(np.float32)  # clustered rows of unequal norms
+    q = rng.standard_normal((40, 16)).astype(np.float32)
+    with ChromaStore(tmp_path / "chroma", "unequal", dim=16) as store:
+        store.add(x, ids=np.arange(300) * 7)
+        _, ids = store.search(q, 10)
+        _, filtered = store.search(q, 3, where={"missing": 1})
+    expected = np.argsort(-(q @ x.T), axis=1, kind="stable")[:, :10] * 7
+    np.testing.assert_array_equal(ids, expected)
+    assert (filtered == -1).all()
 
 
 def test_missing_client_names_the_extra(engine, tmp_path, monkeypatch):

@@ -147,6 +147,8 @@ def read_image_folder(path: str) -> Items:
     files, labels = [], []
     for folder in classes:
         for f in _image_files(folder):
+            if f.suffix.lower() not in IMAGE_SUFFIXES:  # a stray notes.txt is not an unreadable image
+                continue
             files.append(f)
             labels.append(folder.name)
     if not files:

@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
+
 from ..compat import BaseEstimator, ClassifierMixin, TransformerMixin
 from ..errors import (
     DimensionMismatchError,
@@ -341,7 +343,18 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             None: the L2-normalised class means of the support (uni-modal alignment, no text).
         classes : C labels, one per prototype row (default: 0..C-1, or the sorted labels of ``y``
             when there are no prototypes).
+
+        A fit that raises leaves the estimator as it was (a fitted one keeps answering as before).
         """
+        state = dict(self.__dict__)
+        try:
+            return self._fit(X, y, prototypes, classes)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(state)
+            raise
+
+    def _fit(self, X: Any, y: Any, prototypes: Any, classes: Any) -> "LFA":
         started = time.perf_counter()
         self._validate_params()
         try:
@@ -365,7 +378,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
             )
-        seed = self.random_state if self.random_state is not None else int(torch.seed() % (2**31))
+        # a fresh seed without touching torch's global generator (the caller's seeded code stays seeded)
+        seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         gen, coin = torch.Generator(device=device), torch.Generator()
         gen.manual_seed(seed)
         coin.manual_seed(seed + 1)

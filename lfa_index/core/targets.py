@@ -26,8 +26,7 @@ def encode_targets(y: Any, x: np.ndarray, prototypes: Any, classes: Any) -> tupl
                 "prototypes=(C, d) class prototypes."
             )
         p = check_embeddings(prototypes, name="prototypes")
-        labels_of = np.arange(len(p)) if classes is None else np.asarray(classes)
-        return None, labels_of, p
+        return None, _class_labels(classes, len(p)), p
     y = check_targets(y, len(x))
     if prototypes is None:
         labels_of, codes = np.unique(y, return_inverse=True)
@@ -43,9 +42,7 @@ def encode_targets(y: Any, x: np.ndarray, prototypes: Any, classes: Any) -> tupl
         raise InvalidInputError(
             f"prototypes has {len(p)} row(s); LFA needs at least 2 classes (one prototype row per class)."
         )
-    labels_of = np.arange(len(p)) if classes is None else np.asarray(classes)
-    if len(labels_of) != len(p) or len(np.unique(labels_of)) != len(p):
-        raise LabelError(f"classes must name each of the {len(p)} prototype rows once, got {len(labels_of)}.")
+    labels_of = _class_labels(classes, len(p))
     position = {c: i for i, c in enumerate(labels_of.tolist())}
     codes = np.fromiter((position.get(v, -1) for v in y.tolist()), dtype=np.int64, count=len(y))
     if (codes < 0).any():
@@ -54,6 +51,16 @@ def encode_targets(y: Any, x: np.ndarray, prototypes: Any, classes: Any) -> tupl
         raise LabelError(f"labels {', '.join(unknown)} name no prototype row ({hint}); pass classes=[...] "
                          "naming each prototype row, or labels that index them.")
     return codes, labels_of, p
+
+def _class_labels(classes: Any, n_rows: int) -> np.ndarray:
+    """The label of each of ``n_rows`` prototype rows: ``classes`` (each row named once) or 0..C-1."""
+    if classes is None:
+        return np.arange(n_rows)
+    labels_of = np.asarray(classes)
+    if labels_of.ndim != 1 or len(labels_of) != n_rows or len(np.unique(labels_of)) != n_rows:
+        raise LabelError(f"classes must name each of the {n_rows} prototype rows once, got {labels_of.shape}.")
+    return labels_of
+
 
 def check_targets(y: Any, n_rows: int) -> np.ndarray:
     """``y`` as a 1-D array of class labels (a column vector is flattened with a warning)."""

@@ -84,15 +84,22 @@ def parse_ids(values: Sequence[Any], location: str) -> np.ndarray:
 def rank_candidates(
     queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray, k: int, metric: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-``k`` among candidates: ``ids`` (n, m) with -1 for none, their ``vectors`` (n, m, d).
+    """Exact top-``k`` among candidates: ``ids`` (n, m) with -1 for none, their ``vectors`` (n, m, d);
+    or one candidate set for every query: ``ids`` (m,), ``vectors`` (m, d).
 
     Scores are recomputed in float32 from the stored vectors (inner products, or cosines for
     metric "COSINE"), so the engine's own distance arithmetic never leaks into scores or order.
     Returns ``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf.
     """
-    scores = np.einsum("nd,nmd->nm", queries, vectors, dtype=np.float32)
+    if vectors.ndim == 2:  # shared by every query: one matrix product
+        scores = (queries @ vectors.T).astype(np.float32, copy=False)
+        row_norms = np.linalg.norm(vectors, axis=1)[None, :]
+        ids = np.broadcast_to(ids, scores.shape)
+    else:
+        scores = np.einsum("nd,nmd->nm", queries, vectors, dtype=np.float32)
+        row_norms = np.linalg.norm(vectors, axis=2)
     if metric == "COSINE":
-        norms = np.linalg.norm(vectors, axis=2) * np.linalg.norm(queries, axis=1, keepdims=True)
+        norms = row_norms * np.linalg.norm(queries, axis=1, keepdims=True)
         scores = np.divide(scores, norms, out=np.zeros_like(scores), where=norms > 0)
     scores[ids < 0] = -np.inf
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]

@@ -38,6 +38,8 @@ from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _DIM_KEY = "lfa_index_dim"  # collection metadata: the dimension, known before the first row arrives
 _DEFAULT_EF = 512
+# Collections up to this many rows are scored in full on every search (one read, one matrix product).
+EXACT_ROWS = 4096
 _METRICS = {"ip": "IP", "cosine": "COSINE"}
 
 
@@ -82,14 +84,14 @@ class ChromaStore(CollectionStore):
     stored vectors and scores them again, ``q·x`` in float32, so no rounding of ``1 - d`` leaks.
     An existing ``cosine`` collection opens with metric "COSINE" (scores ``q̂·x̂``); ``l2`` is refused.
 
-    Exactness: Chroma's only index is HNSW, which can miss true neighbours. A search asks for
-    ``k · overfetch`` candidates (HNSW then explores ``max(ef_search, k · overfetch)``) and
-    re-ranks them exactly. With at most ``ef_search`` rows HNSW visits every row it can reach,
-    which is every row of unit vectors (embeddings, aligned corpora) and of small collections
-    (class prototypes), so those search exactly; beyond, recall is HNSW's. Raise ``ef_search``
-    for larger corpora that must stay exact. Rows of unequal norms (raw, unnormalised vectors)
-    can be unreachable in HNSW's inner-product graph even then: 6 to 25 of 300 clustered rows
-    were, in our tests; store unit vectors where exactness matters.
+    Exactness: a collection of at most :data:`EXACT_ROWS` rows (class prototypes, small corpora)
+    is read in full and every row scored, so its searches are exact. Beyond, Chroma's only index
+    is HNSW, which can miss true neighbours: a search asks for ``k · overfetch`` candidates (HNSW
+    then explores ``max(ef_search, k · overfetch)``) and re-ranks them exactly. With at most
+    ``ef_search`` rows HNSW visits every row it can reach, which is every row of unit vectors;
+    beyond, recall is HNSW's. Raise ``ef_search`` for larger corpora that must stay exact. Rows of
+    unequal norms (raw, unnormalised vectors) can be unreachable in HNSW's inner-product graph:
+    6 to 25 of 300 clustered rows were, in our tests; store unit vectors where exactness matters.
 
     Ids are kept as decimal strings (Chroma's ids are strings). A row replaced by :meth:`add` is
     deleted first, since Chroma's upsert would merge the old metadata into the new. A ``where``
@@ -239,7 +241,15 @@ class ChromaStore(CollectionStore):
         k = check_k(k)
         filters = [{name: value} for name, value in check_where(where).items()]
         expr = None if not filters else filters[0] if len(filters) == 1 else {"$and": filters}
-        fetch = min(self.count(), k * self.overfetch)
+        held = self.count()
+        if 0 < held <= EXACT_ROWS:  # every row scored: HNSW may not reach rows of unequal norms
+            rows = self._call("read rows", self._col.get, where=expr, include=["embeddings"])
+            ids = parse_ids(rows["ids"], self.location)
+            if len(ids) == 0:
+                return unfilled(len(q), k)
+            vectors = np.asarray(rows["embeddings"], dtype=np.float32).reshape(len(ids), self.dim)
+            return rescore(q, k, self.metric, 4096, lambda chunk: (ids, vectors))
+        fetch = min(held, k * self.overfetch)
         if fetch == 0:
             return unfilled(len(q), k)
 

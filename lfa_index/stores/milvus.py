@@ -15,13 +15,20 @@ Example
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
+from ..errors import (
+    ApproximateIndexWarning,
+    DimensionMismatchError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
 from ..extras import import_extra
 from ._common import CollectionStore, check_name, check_timeout, filter_literal, reason, unfilled
 from .base import Where, check_fields, check_k, check_vectors, check_where
@@ -165,6 +172,13 @@ class MilvusStore(CollectionStore):
                 "describe the index", self._client.describe_index, self.collection, indexes[0], timeout=self.timeout
             )
             metric = str(described.get("metric_type", "IP")).upper()
+            kind = str(described.get("index_type", "FLAT")).upper()
+            if kind != "FLAT":
+                warnings.warn(
+                    f"collection {self.collection!r} at {self.uri!r} is indexed with {kind}, an approximate index: "
+                    "classification and searches can differ from AlignedIndex's; re-index it with index_type='FLAT' "
+                    "for exact answers.", ApproximateIndexWarning, stacklevel=3,
+                )
         if metric not in _METRICS:
             raise SchemaError(
                 f"collection {self.collection!r} at {self.uri!r} is indexed with metric {metric}; lfa-index needs IP "
@@ -285,9 +299,6 @@ class MilvusStore(CollectionStore):
 
     def _lost(self, err: BaseException) -> bool:
         return _is_connection_error(err)
-
-    def _refused(self, err: BaseException) -> bool:
-        return False  # the engine's own error, as it is
 
 
 def _lock_held_elsewhere(uri: str) -> Path | None:
