@@ -13,10 +13,7 @@ from typing import Any
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, clone
-
-    HAVE_SKLEARN = True
 except ImportError:  # a serving-only environment
-    HAVE_SKLEARN = False
 
     class BaseEstimator:  # type: ignore[no-redef]
         """The parameter protocol of scikit-learn's ``BaseEstimator``."""
@@ -72,4 +69,4 @@ except ImportError:  # a serving-only environment
         return type(estimator)(**params)
 
 
-__all__ = ["BaseEstimator", "ClassifierMixin", "TransformerMixin", "clone", "HAVE_SKLEARN"]
+__all__ = ["BaseEstimator", "ClassifierMixin", "TransformerMixin", "clone"]

@@ -24,3 +24,15 @@ def test_unsupervised_lfa_recovers_the_labels_of_a_well_separated_planted_proble
     assert np.mean(recovered == y) >= 0.95
     assert np.mean(lfa.predict(x) == y) >= 0.95
     assert np.mean(lfa.predict(x) == y) > np.mean(zero_shot == y)
+
+
+def test_a_warm_unsupervised_fit_continues_from_the_task_map_whatever_map_is_served(planted):
+    """The served map may be the average with W_ema_; a warm start refines the task map all the same."""
+    x, _, p, _, _ = planted
+    fits = {m: LFA(mapping=m, steps=5, n_rounds=1, random_state=0, warm_start=True).fit(x, None, p)
+            for m in ("task", "average")}
+    for lfa in fits.values():
+        lfa.fit(x, None, p)
+    task = {m: 2 * lfa.W_avg_.astype(np.float64) - lfa.W_ema_ for m, lfa in fits.items()}
+    np.testing.assert_allclose(task["average"], task["task"], atol=1e-4)
+    np.testing.assert_allclose(fits["task"].W_, task["task"], atol=1e-4)

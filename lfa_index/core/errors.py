@@ -1,6 +1,6 @@
 """The errors of the core, re-exported from :mod:`lfa_index.errors` (where every error of the package lives).
 
-The core's modules still import them from here; new code imports :mod:`lfa_index.errors`.
+New code imports :mod:`lfa_index.errors`.
 """
 
 from ..errors import *  # noqa: F401,F403

@@ -61,7 +61,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     prototype_mix : "auto" or float in [0, 1], default="auto"
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
-        rows (¼ at 1 shot, where nothing can be held out).
+        rows (at 1 shot, where nothing can be held out: ¼, or 0 where zero-shot is kept).
     support_prototypes : {"auto", "discriminant", "mean"}, default="auto"
         The support side of the mix: the class's linear discriminant in the aligned space (class
         mean under GDA's shared shrunk precision, with its bias), or its L2-normalised mean.
@@ -114,7 +114,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Refit from the current maps (β, step count and options kept) instead of from
         β-Procrustes.
     device : str, default="auto"
-        "auto" (CUDA when available), "cpu", "cuda" or "cuda:N". Computation is float32.
+        "auto" (CUDA when available), "cpu", "cuda" or "cuda:N".
     random_state : int or None, default=None
         Seed of every random choice (splits, batches, noise, dropout, projection).
     verbose : bool, default=False
@@ -137,7 +137,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     text_prototypes_ : ndarray (C, d)   L2-normalised (projected) text prototypes, the paper's Y.
     refined_prototypes_ : ndarray (C, d) or None   prototypes after joint training.
     feature_mean_ : ndarray (d,)        μ subtracted from the rows (zero without centring).
-    center_, prototype_mix_, refine_prototypes_, mapping_ : the options used.
+    center_, prototype_mix_, support_kind_, refine_prototypes_, mapping_ : the options used.
     selection_ : dict or None           how the step count and options were chosen (held-out
                                         candidates and scores).
     summary_ : str                      one line: what was chosen, the held-out evidence, the time.

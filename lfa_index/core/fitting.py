@@ -23,6 +23,13 @@ def _numpy(t: torch.Tensor | None) -> np.ndarray | None:
     return None if t is None else t.detach().cpu().numpy()
 
 
+def _task_map(lfa: Any) -> np.ndarray:
+    """The refined (task) map of a fitted ``lfa``: ``W_``, unless ``W_`` serves the average with ``W_ema_``."""
+    if lfa.mapping_ == "task":
+        return np.asarray(lfa.W_)
+    return 2 * np.asarray(lfa.W_avg_) - np.asarray(lfa.W_ema_)
+
+
 def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, *, seed: int,
                    generator: torch.Generator, coin: torch.Generator, warm: bool, progress: Any) -> dict[str, Any]:
     """The fitted attributes of a supervised fit of ``lfa`` (its parameters; its state when ``warm``)."""
@@ -31,10 +38,8 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
         x[:, 0] if x.ndim == 3 else x, labels, protos)
     previous = None
     if warm:
-        ema = lfa.W_ema_
-        task = lfa.W_ if lfa.mapping_ == "task" else 2 * np.asarray(lfa.W_avg_) - np.asarray(ema)
         previous = Warm(
-            W=torch.as_tensor(task, device=x.device), W_ema=torch.as_tensor(ema, device=x.device),
+            W=torch.as_tensor(_task_map(lfa), device=x.device), W_ema=torch.as_tensor(lfa.W_ema_, device=x.device),
             mean=torch.as_tensor(lfa.feature_mean_, device=x.device), beta=float(lfa.beta_), steps=int(lfa.steps_),
             candidate=Candidate(Variant(bool(lfa.center_), bool(lfa.refine_prototypes_)), int(lfa.steps_),
                                 lfa.mapping_, float(lfa.prototype_mix_), lfa.support_kind_ or "discriminant"),
@@ -73,7 +78,7 @@ def fit_unsupervised(lfa: Any, x: torch.Tensor, labels: None, protos: torch.Tens
         steps=None if lfa.steps == "auto" else int(lfa.steps), n_rounds=lfa.n_rounds,
         sinkhorn_reg=lfa.sinkhorn_reg, cv_splits=lfa.cv_splits, cv_val_size=lfa.cv_val_size,
         config=lfa.refine_config(), seed=seed, generator=generator, coin=coin, progress=progress,
-        warm=(torch.as_tensor(lfa.W_, device=x.device), float(lfa.beta_)) if warm else None,
+        warm=(torch.as_tensor(_task_map(lfa), device=x.device), float(lfa.beta_)) if warm else None,
     )
     task, ema = _numpy(fit.W), _numpy(fit.W_ema)
     average = (task + ema) / 2

@@ -14,16 +14,6 @@ import torch
 import torch.nn.functional as F
 
 
-def nearest_prototypes(aligned: torch.Tensor, prototypes: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (n, k) of the k prototypes nearest to each L2-normalised aligned row.
-
-    For unit vectors the Euclidean order is the cosine order, so this is a top-k over one matrix
-    product (no sort, no cdist).
-    """
-    with torch.no_grad():
-        return (aligned @ prototypes.T).topk(min(k, prototypes.shape[0]), dim=1).indices
-
-
 class _PickedCosines(torch.autograd.Function):
     """``cos(mapped_i, p_j)`` for the few prototypes ``j = wanted[i]`` of each row, from their dot products.
 

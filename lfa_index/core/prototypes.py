@@ -21,8 +21,6 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .config import SUPPORT_KINDS  # noqa: F401  (re-exported: the kinds this module computes)
-
 SupportKind = Literal["mean", "discriminant"]
 
 

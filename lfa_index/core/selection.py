@@ -26,7 +26,7 @@ support rows: the default keeps β-Procrustes (no refinement; measured on 4-clas
 
 **The paper's preset** (:func:`select_paper_steps`) keeps the paper's single classifier and only
 needs a step count: one run on a stratified 75 % of the support, held-out accuracy at
-checkpoints up to :data:`PAPER_HORIZON` steps, then a full cosine run of the chosen length.
+checkpoints (:data:`PAPER_CHECKPOINTS`, up to 400 steps), then a full cosine run of the chosen length.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import torch.nn.functional as F
 from sklearn.model_selection import StratifiedKFold
 
 from .beta import significantly_better
-from .config import CLASS_MAPPINGS as MAPPINGS  # noqa: F401
 from .config import MIX_GRID, RefineConfig  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
@@ -54,7 +53,6 @@ N_FOLDS = 3
 # closer to the final fit) and repeats that average their noise.
 CLOSED_FORM_FOLDS = 8
 CLOSED_FORM_REPEATS = 5
-PAPER_HORIZON = 400
 PAPER_CHECKPOINTS: tuple[int, ...] = (25, 50, 100, 200, 300, 400)
 # With one row per class nothing can be held out: at most one step per support row (a 1-shot run
 # reaches zero training loss early and then drifts with the augmentation noise), and at most the

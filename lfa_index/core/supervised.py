@@ -99,8 +99,6 @@ class SupervisedFit:
     candidate: Candidate
     selection: Selection | None
     step_trials: list[tuple[int, float, float]] | None
-    horizon: int
-    heldout_scores: torch.Tensor | None = None
     loss_curve: list[float] = field(default_factory=list)
     hubness_init: float = 0.0
     hubness: float = 0.0
@@ -236,7 +234,7 @@ def fit_supervised(
         refined_prototypes=result.prototypes,
         feature_mean=mean if candidate.variant.center else torch.zeros_like(mean),
         beta=beta, new_class_beta=new_beta, candidate=candidate, selection=selection, step_trials=step_trials,
-        horizon=horizon, loss_curve=result.loss_curve,
+        loss_curve=result.loss_curve,
         hubness_init=hubness(F.normalize(fit0 @ w_init, dim=1), prototypes, labels),
         hubness=hubness(F.normalize(fit0 @ result.W, dim=1), prototypes, labels),
     )

@@ -124,7 +124,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
     def partial_fit(self, img_emb: Any, labels: Any) -> "AlignedIndex":
         """Refit with a warm start on the support seen so far plus ``img_emb`` (labels as in ``fit``;
-        classes added by :meth:`add_classes` then count as fitted). The corpus keeps its map."""
+        classes added by :meth:`add_classes` that now have support rows count as fitted; the others
+        keep W_tt). The corpus keeps its map."""
         self._check_fitted()
         with self._lock:
             table, seen = self._table, self.support_embeddings_
