@@ -147,7 +147,8 @@ def embed_in_batches(
             batch = list(batch)
             out = l2_normalize(compute([todo_items[j] for j in batch]))
             if out.shape[0] != len(batch):
-                raise RuntimeError(f"{desc}: got {out.shape[0]} embeddings for a batch of {len(batch)}.")
+                raise ShapeError(f"{desc}: the model gave {out.shape[0]} embeddings for a batch of {len(batch)} "
+                                 "inputs; check that it returns one embedding per input.")
             if row_shape is None:
                 row_shape, seen_in = out.shape[1:], "earlier batches gave"
             elif out.shape[1:] != row_shape:  # checked before caching: a wrong batch is never stored

@@ -116,7 +116,7 @@ def positive_int(value: Any, flag: str) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError) as err:
-        raise CLIError(f"{flag} must be a positive integer or 'auto', got {value!r}.") from err
+        raise CLIError(f"{flag} must be a positive integer, got {value!r}.") from err
     if number < 1:
         raise CLIError(f"{flag} must be a positive integer, got {number}.")
     return number

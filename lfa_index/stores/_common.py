@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ def check_uri(uri: Any, engine: str, forms: str) -> str:
     """``uri`` (a str or path) as a non-empty str, else :class:`InvalidParameterError` listing the ``forms``."""
     if not isinstance(uri, (str, bytes)) and not hasattr(uri, "__fspath__"):
         raise InvalidParameterError(f"uri must be {forms} for {engine}, got {type(uri).__name__}.")
-    text = str(uri.__fspath__() if hasattr(uri, "__fspath__") else uri)
+    text = os.fsdecode(uri)
     if not text:
         raise InvalidParameterError(f"uri must be {forms} for {engine}, got an empty string.")
     return text

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..core.validation import check_number
+from ..core.validation import as_real_array, check_number
 from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 
 Where = Mapping[str, "str | int"]
@@ -74,7 +74,7 @@ class VectorStore(Protocol):
 # ------------------------------------------------------------------------------ input checks
 def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors") -> np.ndarray:
     """Convert to a C-contiguous float32 (n, dim) array with finite values."""
-    arr = np.asarray(vectors)
+    arr = as_real_array(vectors, name)  # ragged lists and non-numbers: typed errors
     if arr.ndim != 2 or arr.shape[0] == 0:
         raise ShapeError(f"{name} must be a non-empty (n, {dim}) array, got shape {arr.shape}.")
     if arr.shape[1] != dim:
@@ -82,8 +82,6 @@ def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors
             f"{name} have {arr.shape[1]} dimensions but {location} holds {dim}-d vectors; "
             f"pass {dim}-d vectors or use a store created with dim={arr.shape[1]}."
         )
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) or arr.dtype == bool:
-        raise InvalidInputError(f"{name} must hold real numbers, got dtype {arr.dtype}.")
     arr = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(arr).all():
         raise InvalidInputError(f"{name} hold NaN or infinite values; drop or repair those rows first.")
