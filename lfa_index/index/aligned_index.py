@@ -25,7 +25,7 @@ from .export import StoreExportMixin
 from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
 from .maps import query_maps
-from .validation import check_more_support, check_query_matrix, check_text_matrix
+from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
@@ -277,12 +277,18 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         check_number(k, "k", low=1, integer=True)
         check_number(overfetch, "overfetch", low=1, integer=True)
         check_raw_index(index, self._snapshot().n_features)
-        raw = None if vectors is None else self._check_queries(vectors, name="vectors", allow_zero=True)
+        # the shape of ``vectors`` now, the values of the candidate rows only: a corpus is not re-read per call
+        raw = None if vectors is None else check_raw_rows(vectors, dim=self._snapshot().n_features)
         text = self.transform_text(q_text, "q_text")
         query_map = self._map(self.corpus_mapping)
         fetch = min(int(k) * int(overfetch), int(index.ntotal))
         _, candidates = index.search(folding.unalign_queries(text, query_map.matrix), fetch)
-        return folding.rerank(text, candidates, lambda ids: query_map.align(reconstruct(index, ids, raw)), int(k))
+
+        def aligned_rows(ids: np.ndarray) -> np.ndarray:
+            rows = reconstruct(index, ids, raw)
+            return query_map.align(self._check_queries(rows, name="vectors", allow_zero=True))
+
+        return folding.rerank(text, candidates, aligned_rows, int(k))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
