@@ -54,10 +54,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             console.note(f"wrote the labels of {len(ids)} rows into field {args.write_field!r} of {store.location}")
     if args.write_field and not args.output:
         return 0
+    rejected = labels if tau is None else index.label_space_.reject(labels, scores, tau, unknown=None)
     rows = []
-    for row_id, label, score in zip(ids.tolist(), labels.tolist(), scores.tolist()):
-        rejected = tau is not None and score < tau
-        rows.append([row_id, "" if rejected or label is None else label,
-                     "unknown" if rejected else label_name(index, label), f"{score:.6f}"])
+    for row_id, label, score in zip(ids.tolist(), rejected.tolist(), scores.tolist()):
+        rows.append([row_id, "" if label is None else label,
+                     "unknown" if label is None else label_name(index, label), f"{score:.6f}"])
     write_output(csv_text(["id", "label", "class_name", "score"], rows), args.output, console)
     return 0

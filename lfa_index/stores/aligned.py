@@ -155,12 +155,13 @@ def classify_rows(
         raise EmptyIndexError(f"{store.location} is empty: add raw embeddings to it before classifying its rows.")
     order = np.argsort(np.concatenate(ids), kind="stable")
     ids, labels, scores = np.concatenate(ids)[order], np.concatenate(labels)[order], np.concatenate(scores)[order]
+    found = labels
     if reject_below is not None:
-        labels = index.label_space_.reject(labels, scores, reject_below)
-    if write_field is not None:
-        written = labels.astype(object)
-        if reject_below is not None:
-            written[scores < reject_below] = "" if index.unknown_label_ is None else index.unknown_label_
+        labels = index.label_space_.reject(found, scores, reject_below)
+    if write_field is not None:  # a store field holds "" where the index's unknown label is None
+        unknown = "" if index.unknown_label_ is None else index.unknown_label_
+        written = (found if reject_below is None else index.label_space_.reject(found, scores, reject_below, unknown))
+        written = written.astype(object)
         columns = {f: np.concatenate(v)[order] for f, v in values.items()}
         _rewrite(store, ids, {**columns, write_field: written}, batch_size)
     return ids, labels, scores
