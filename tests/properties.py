@@ -8,7 +8,9 @@ object, lists, torch tensors) and non-contiguous or read-only layouts.
 from __future__ import annotations
 
 import copy
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -198,3 +200,8 @@ def same_answers(a: Any, b: Any, x: np.ndarray, k: int = 3) -> None:
     np.testing.assert_array_equal(a.decision_function(x), b.decision_function(x))
     for got, expected in zip(a.search(x, k), b.search(x, k)):
         np.testing.assert_array_equal(got, expected)
+
+
+def data_dir(path: Path) -> Path:
+    """The folder holding the files of the saved index at ``path`` (named by its manifest)."""
+    return path / json.loads((path / "manifest.json").read_text())["data"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from properties import data_dir
 
 import lfa_index.persistence as persistence
 from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexVersionError
@@ -81,11 +82,6 @@ def test_save_then_load_gives_identical_answers(index, data, tmp_path):
     assert params[0] == params[1]
     assert list(loaded.classes_) == NAMES + ["new a", "new b"] and loaded.corpus_size_ == index.corpus_size_
     assert faiss.extract_index_ivf(loaded._corpus.index).nprobe == 4
-
-
-def data_dir(path):
-    """The folder holding the files of the index at ``path`` (named by its manifest)."""
-    return path / json.loads((path / "manifest.json").read_text())["data"]
 
 
 def test_directory_holds_safetensors_json_and_faiss_files_with_checksums(index, tmp_path):

@@ -28,6 +28,7 @@ from properties import (
     assert_unchanged,
     cases,
     convert,
+    data_dir,
     inject,
     lay_out,
     matrices,
@@ -504,8 +505,8 @@ def test_a_damaged_array_with_valid_checksums_is_refused_or_changes_nothing(fitt
     index, queries = fitted
     with tempfile.TemporaryDirectory() as folder:
         root = index.save(Path(folder) / "index")
-        data_dir = root / json.loads((root / "manifest.json").read_text())["data"]
-        arrays = load_file(str(data_dir / "arrays.safetensors"))
+        files = data_dir(root)
+        arrays = load_file(str(files / "arrays.safetensors"))
         how = data.draw(st.sampled_from(ARRAY_DAMAGE))
         floats = sorted(k for k, v in arrays.items() if v.dtype.kind == "f" and v.size)
         key = data.draw(st.sampled_from(floats if how in ("nan", "inf") else sorted(arrays)))
@@ -514,9 +515,9 @@ def test_a_damaged_array_with_valid_checksums_is_refused_or_changes_nothing(fitt
             del arrays[key]
         else:
             arrays[key] = np.ascontiguousarray(new)
-        save_file(arrays, str(data_dir / "scratch.safetensors"))
-        rewrite_with_checksums(root, "arrays.safetensors", (data_dir / "scratch.safetensors").read_bytes())
-        (data_dir / "scratch.safetensors").unlink()
+        save_file(arrays, str(files / "scratch.safetensors"))
+        rewrite_with_checksums(root, "arrays.safetensors", (files / "scratch.safetensors").read_bytes())
+        (files / "scratch.safetensors").unlink()
         try:
             loaded = AlignedIndex.load(root)
         except IndexFormatError:
@@ -537,8 +538,8 @@ def test_an_estimator_array_of_the_wrong_shape_is_refused(tmp_path, name):
             support, labels, text)
         index.rejection_threshold()
     root = index.save(tmp_path / "index")
-    data_dir = root / json.loads((root / "manifest.json").read_text())["data"]
-    arrays = load_file(str(data_dir / "arrays.safetensors"))
+    files = data_dir(root)
+    arrays = load_file(str(files / "arrays.safetensors"))
     arrays["lfa." + name] = np.ascontiguousarray(arrays["lfa." + name][1:])
     save_file(arrays, str(tmp_path / "scratch.safetensors"))
     rewrite_with_checksums(root, "arrays.safetensors", (tmp_path / "scratch.safetensors").read_bytes())
@@ -574,8 +575,8 @@ def test_a_damaged_params_json_is_refused_or_loads_an_index_that_answers_well(fi
     index, queries = fitted
     with tempfile.TemporaryDirectory() as folder:
         root = index.save(Path(folder) / "index")
-        data_dir = root / json.loads((root / "manifest.json").read_text())["data"]
-        doc = json.loads((data_dir / "params.json").read_text())
+        files = data_dir(root)
+        doc = json.loads((files / "params.json").read_text())
         path = list(data.draw(st.sampled_from(leaves(doc))))
         doc = mutate_json(doc, path, data.draw(JSON_VALUES))
         rewrite_with_checksums(root, "params.json", json.dumps(doc).encode())
