@@ -162,3 +162,19 @@ def test_results_of_disjoint_runs_merge_into_one_table_and_overlaps_are_refused(
     assert "caltech101" in (tmp_path / "merged.md").read_text()
     with pytest.raises(SystemExit, match="share"):
         accuracy.main(["--merge", "a", "a", "--out-dir", str(tmp_path), "--name", "twice"])
+
+
+def test_the_gap_to_the_best_baseline_carries_the_standard_error_of_its_per_seed_differences():
+    from benchmarks import accuracy
+
+    # paired by seed, not by position: differences 1, 2, 1 -> s.e. = std(ddof=1) / sqrt(3) = 1/3
+    new = {"seeds": [1, 2, 3], "accuracies": [80.0, 82.0, 84.0]}
+    best = {"seeds": [3, 1, 2], "accuracies": [83.0, 79.0, 80.0]}
+    assert accuracy.paired_se(new, best) == pytest.approx(1 / 3)
+    assert accuracy.paired_se({"seeds": [1], "accuracies": [80.0]}, best) is None
+    records = [{"set": "dtd", "shots": 4, "seed": seed, "method": method, "accuracy": acc / 100,
+                "same_model": False}
+               for method, cell in (("lfa", new), ("lfa_paper", new), ("gda", best))
+               for seed, acc in zip(cell["seeds"], cell["accuracies"])]
+    row, = accuracy.targets(records)
+    assert row["best_baseline"] == "gda" and row["gap_se"] == pytest.approx(1 / 3) and row["met"]
