@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
-from lfa_index.core.beta import BETA_GRID, grid_hits, identity_is_informative, select_beta, significantly_better
+from lfa_index.core.beta import BETA_GRID, grid_hits, identity_is_informative, identity_kept
 from lfa_index.core.procrustes import support_splits
 from lfa_index.core.selection import CLOSED_FORM_FOLDS, CLOSED_FORM_REPEATS, support_folds
 
@@ -45,10 +45,8 @@ Rule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, bool], float]
 
 
 def _guarded(hits: np.ndarray, best: int, informative: bool) -> float:
-    """β of grid index ``best``, unless it fails to beat β = 1 in the paired sign test (rows: axis 1)."""
-    if informative and best != len(BETA_GRID) - 1 and not significantly_better(hits[best], hits[-1]):
-        return 1.0
-    return float(BETA_GRID[best])
+    """β of grid index ``best``, unless the default's zero-shot guard keeps β = 1 (rows: axis 1)."""
+    return 1.0 if informative and identity_kept(hits, best) else float(BETA_GRID[best])
 
 
 def repeated_folds(x: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, seed: int, informative: bool) -> float:
@@ -64,8 +62,9 @@ def repeated_folds(x: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, s
 def smoothed_cv(x: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, seed: int, informative: bool) -> float:
     """The paper's CV splits, the argmax of the scores averaged with each β's grid neighbours."""
     splits = support_splits(y.numpy(), n_splits=3, val_size=0.2, random_state=seed)
-    pooled = np.concatenate(grid_hits(x, y, prototypes, splits, BETA_GRID), axis=1)
-    scores = select_beta(x, y, prototypes, identity_informative=informative, guard=False, random_state=seed).scores
+    per_split = grid_hits(x, y, prototypes, splits, BETA_GRID)
+    pooled = np.concatenate(per_split, axis=1)
+    scores = np.mean([h.mean(axis=1) for h in per_split], axis=0)  # the paper's CV scores (select_beta)
     smoothed = np.array([scores[max(0, i - 1):i + 2].mean() for i in range(len(scores))])
     return _guarded(pooled, int(np.argmax(smoothed)), informative)
 

@@ -91,13 +91,19 @@ def grid_hits(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
     return out
 
 
+def identity_kept(pooled: np.ndarray, best: int) -> bool:
+    """The zero-shot guard: grid index ``best`` fails to beat β = 1 (the last) in the paired sign test.
+
+    ``pooled`` holds the held-out hits (n_betas, n_rows) of every β of a grid that ends at 1.
+    """
+    return best != len(pooled) - 1 and not significantly_better(pooled[best], pooled[-1])
+
+
 def _choose(per_split: list[np.ndarray], betas: Sequence[float], guard: bool, how: str) -> BetaChoice:
     scores = np.mean([h.mean(axis=1) for h in per_split], axis=0)
     best = int(np.argmax(scores))  # first maximum: the smallest β among ties, as the paper's code
-    if guard and best != len(betas) - 1:
-        pooled = np.concatenate(per_split, axis=1)
-        if not significantly_better(pooled[best], pooled[-1]):
-            return BetaChoice(1.0, f"{how}, identity kept", scores)
+    if guard and identity_kept(np.concatenate(per_split, axis=1), best):
+        return BetaChoice(1.0, f"{how}, identity kept", scores)
     return BetaChoice(float(betas[best]), how, scores)
 
 
