@@ -178,3 +178,28 @@ def test_the_gap_to_the_best_baseline_carries_the_standard_error_of_its_per_seed
                for seed, acc in zip(cell["seeds"], cell["accuracies"])]
     row, = accuracy.targets(records)
     assert row["best_baseline"] == "gda" and row["gap_se"] == pytest.approx(1 / 3) and row["met"]
+
+
+def test_the_unit_row_variant_fits_the_discriminant_on_unit_rows_and_restores_the_default():
+    import torch
+
+    import lfa_index.core.selection as selection
+    from benchmarks import unit_rows
+
+    z = torch.tensor([[2.0, 0.0], [0.0, 0.5], [1.5, 1.5], [0.2, 1.0]], dtype=torch.float64)
+    labels = torch.tensor([0, 1, 0, 1])
+    original = selection.support_prototypes
+    with unit_rows.unit_rows():
+        inside = selection.support_prototypes(z, labels, 2)
+    assert selection.support_prototypes is original
+    expected = original(torch.nn.functional.normalize(z, dim=1), labels, 2)
+    assert all(torch.equal(a, b) for a, b in zip(inside, expected))
+    assert not torch.allclose(original(z, labels, 2)[1], expected[1])  # the norms matter to the bias
+    with pytest.raises(RuntimeError), unit_rows.unit_rows():
+        raise RuntimeError("a failed fit")
+    assert selection.support_prototypes is original and selection.class_scores.__module__ == "lfa_index.core.prototypes"
+
+    # without class biases the unit-row score is the served aligned cosine
+    X, y, X_eval, y_eval, protos = planted_problem(shots=4)
+    model = LFA.paper(steps=5, random_state=0).fit(X, y, protos)
+    assert unit_rows.unit_row_accuracy(model, X_eval, y_eval) == pytest.approx(100 * model.score(X_eval, y_eval))

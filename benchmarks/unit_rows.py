@@ -1,0 +1,149 @@
+"""Should the support discriminant see unit aligned rows? The default against that variant.
+
+The default fits the support side of its hybrid prototypes (:mod:`lfa_index.core.prototypes`) on
+the aligned rows ``z = x W`` as they are, whose norms vary by a few percent once refinement has
+moved W away from an orthogonal map, and serves ``z·q + b`` (``(z·q + b)/||z||`` as a score).
+GDA, the model behind the discriminant, is defined on unit rows. The variant fits the
+discriminant on ``ẑ = z/||z||`` (held-out selection and final fit alike) and scores ``ẑ·q + b``.
+Serving that would change every folded store: the bias column would need ``||z||`` on the query
+side instead of ``||x||``, and indexes saved before would rank differently. This benchmark
+measures whether the gain is worth that.
+
+Both are fitted on the same supports, seeds 1..N, at 4 and 16 shots on the five shared sets, next
+to GDA and the CV-tuned probe (:mod:`benchmarks.baselines`).
+
+Usage
+-----
+    .venv/bin/python -m benchmarks.unit_rows                                   # all cells, 10 seeds
+    .venv/bin/python -m benchmarks.unit_rows --cells dtd:4 --seeds 3 --name unit_rows_dtd
+    .venv/bin/python -m benchmarks.unit_rows --merge unit_rows_a unit_rows_b   # join parallel parts
+
+Prints a table and writes ``benchmarks/results/<name>.json`` (default ``unit_rows``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from threadpoolctl import threadpool_limits
+
+import lfa_index.core.selection as selection
+from lfa_index import LFA
+from lfa_index.arrays import l2_normalize
+
+from .baselines import BASELINES, FewShotTask
+from .data import add_data_argument, load_set, sample_support
+
+RESULTS = Path(__file__).parent / "results"
+CELLS = tuple(f"{name}:{shots}" for name in ("caltech101", "banking77", "dtd", "oxford_pets", "ag_news")
+              for shots in (4, 16))
+
+
+@contextmanager
+def unit_rows() -> Iterator[None]:
+    """Within the block, the default's discriminant is fitted and scored on unit aligned rows.
+
+    Both functions the selection and the final fit go through are wrapped, so the held-out
+    evidence judges the classifier that the variant serves.
+    """
+    fit, score = selection.support_prototypes, selection.class_scores
+    selection.support_prototypes = lambda z, *args, **kw: fit(F.normalize(z, dim=1), *args, **kw)
+    selection.class_scores = lambda z, *args, **kw: score(F.normalize(z, dim=1), *args, **kw)
+    try:
+        yield
+    finally:
+        selection.support_prototypes, selection.class_scores = fit, score
+
+
+def unit_row_accuracy(model: LFA, X: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy (%) of ``ẑ·q + b``, ẑ the unit aligned rows of the fitted task map."""
+    z = l2_normalize(model._mapped(X, "task"))
+    scores = z @ np.asarray(model.prototypes_, dtype=np.float64).T + np.asarray(model.intercept_, dtype=np.float64)
+    return 100 * float(np.mean(np.asarray(model.classes_)[scores.argmax(axis=1)] == labels))
+
+
+def run(cells: Sequence[str], seeds: int, root: Path | None) -> list[dict[str, Any]]:
+    """One record per (cell, seed): GDA, the CV probe, the default and the unit-row variant."""
+    records = []
+    for cell in cells:
+        name, shots = cell.split(":")
+        data = load_set(name, root=root)
+        for seed in range(1, seeds + 1):
+            idx = sample_support(data.pool_labels, int(shots), seed)
+            X, y = data.pool_features[idx], data.pool_labels[idx]
+            task = FewShotTask(X=X, y=y, prototypes=data.prototypes, X_eval=data.eval_features,
+                               same_model=data.same_model, seed=seed)
+            rec: dict[str, Any] = {"set": name, "shots": int(shots), "seed": seed, **{
+                key: 100 * float(np.mean(BASELINES[method](task) == data.eval_labels))
+                for key, method in (("probe", "linear_probe_cv"), ("gda", "gda"))}}
+            start = time.perf_counter()
+            model = LFA(random_state=seed).fit(X, y, data.prototypes)
+            rec["default"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
+                              "seconds": time.perf_counter() - start, "mix": model.prototype_mix_}
+            with unit_rows():
+                start = time.perf_counter()
+                model = LFA(random_state=seed).fit(X, y, data.prototypes)
+                seconds = time.perf_counter() - start
+            rec["unit_rows"] = {"accuracy": unit_row_accuracy(model, data.eval_features, data.eval_labels),
+                                "seconds": seconds, "mix": model.prototype_mix_}
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
+    return records
+
+
+def table(records: Sequence[dict[str, Any]]) -> str:
+    """Means over seeds per cell, the variant's paired change (± its standard error) and λ per seed."""
+    lines = ["| Set | Shots | Seeds | CV probe | GDA | Default | Unit rows | Change | λ per seed (default) "
+             "| λ per seed (unit rows) |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for key in dict.fromkeys((r["set"], r["shots"]) for r in records):
+        cell = [r for r in records if (r["set"], r["shots"]) == key]
+        change = np.array([r["unit_rows"]["accuracy"] - r["default"]["accuracy"] for r in cell])
+        se = change.std(ddof=1) / np.sqrt(len(change)) if len(change) > 1 else float("nan")
+        means = [np.mean([r[k] for r in cell]) for k in ("probe", "gda")]
+        means += [np.mean([r[k]["accuracy"] for r in cell]) for k in ("default", "unit_rows")]
+        mixes = [", ".join(f"{r[k]['mix']:g}" for r in cell) for k in ("default", "unit_rows")]
+        lines.append(f"| {key[0]} | {key[1]} | {len(cell)} | " + " | ".join(f"{m:.2f}" for m in means)
+                     + f" | {change.mean():+.2f} ± {se:.2f} | {mixes[0]} | {mixes[1]} |")
+    return "\n".join(lines)
+
+
+def save(records: Sequence[dict[str, Any]], command: str, name: str) -> None:
+    text = table(records)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"command": command, "records": list(records), "table": text},
+                                                     indent=1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--name", default="unit_rows", help="results file stem")
+    parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
+    add_data_argument(parser)
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.unit_rows " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.merge:
+        parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
+        save([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts), args.name)
+        return 0
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(limits=args.threads):
+        records = run(args.cells, args.seeds, args.data)
+    save(records, command, args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
