@@ -35,8 +35,8 @@ from threadpoolctl import threadpool_limits
 import lfa_index.core.supervised as supervised
 from lfa_index import LFA
 
-from .baselines import BASELINES, FewShotTask
-from .data import add_data_argument, load_set, sample_support
+from .cells import cell_supports
+from .data import add_data_argument
 
 RESULTS = Path(__file__).parent / "results"
 CELLS = ("dtd:4", "dtd:16", "oxford_pets:4", "oxford_pets:16", "caltech101:4", "caltech101:16",
@@ -48,26 +48,16 @@ def run(cells: Sequence[str], folds: Sequence[int], seeds: int, root: Path | Non
     records = []
     default_folds = supervised.N_FOLDS
     try:
-        for cell in cells:
-            name, shots = cell.split(":")
-            data = load_set(name, root=root)
-            for seed in range(1, seeds + 1):
-                idx = sample_support(data.pool_labels, int(shots), seed)
-                X, y = data.pool_features[idx], data.pool_labels[idx]
-                task = FewShotTask(X=X, y=y, prototypes=data.prototypes, X_eval=data.eval_features,
-                                   same_model=data.same_model, seed=seed)
-                rec = {"set": name, "shots": int(shots), "seed": seed, **{
-                    key: 100 * float(np.mean(BASELINES[method](task) == data.eval_labels))
-                    for key, method in (("probe", "linear_probe_cv"), ("gda", "gda"))}}
-                for k in folds:
-                    supervised.N_FOLDS = k
-                    start = time.perf_counter()
-                    model = LFA(random_state=seed).fit(X, y, data.prototypes)
-                    rec[f"K{k}"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
-                                    "seconds": time.perf_counter() - start, "mix": model.prototype_mix_,
-                                    "steps": model.steps_}
-                records.append(rec)
-                print(json.dumps(rec), flush=True)
+        for data, X, y, rec in cell_supports(cells, seeds, root):
+            for k in folds:
+                supervised.N_FOLDS = k
+                start = time.perf_counter()
+                model = LFA(random_state=rec["seed"]).fit(X, y, data.prototypes)
+                rec[f"K{k}"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
+                                "seconds": time.perf_counter() - start, "mix": model.prototype_mix_,
+                                "steps": model.steps_}
+            records.append(rec)
+            print(json.dumps(rec), flush=True)
     finally:
         supervised.N_FOLDS = default_folds
     return records

@@ -40,8 +40,8 @@ import lfa_index.core.selection as selection
 from lfa_index import LFA
 from lfa_index.arrays import l2_normalize
 
-from .baselines import BASELINES, FewShotTask
-from .data import add_data_argument, load_set, sample_support
+from .cells import cell_supports
+from .data import add_data_argument
 
 RESULTS = Path(__file__).parent / "results"
 CELLS = tuple(f"{name}:{shots}" for name in ("caltech101", "banking77", "dtd", "oxford_pets", "ag_news")
@@ -74,29 +74,20 @@ def unit_row_accuracy(model: LFA, X: np.ndarray, labels: np.ndarray) -> float:
 def run(cells: Sequence[str], seeds: int, root: Path | None) -> list[dict[str, Any]]:
     """One record per (cell, seed): GDA, the CV probe, the default and the unit-row variant."""
     records = []
-    for cell in cells:
-        name, shots = cell.split(":")
-        data = load_set(name, root=root)
-        for seed in range(1, seeds + 1):
-            idx = sample_support(data.pool_labels, int(shots), seed)
-            X, y = data.pool_features[idx], data.pool_labels[idx]
-            task = FewShotTask(X=X, y=y, prototypes=data.prototypes, X_eval=data.eval_features,
-                               same_model=data.same_model, seed=seed)
-            rec: dict[str, Any] = {"set": name, "shots": int(shots), "seed": seed, **{
-                key: 100 * float(np.mean(BASELINES[method](task) == data.eval_labels))
-                for key, method in (("probe", "linear_probe_cv"), ("gda", "gda"))}}
+    for data, X, y, rec in cell_supports(cells, seeds, root):
+        seed = rec["seed"]
+        start = time.perf_counter()
+        model = LFA(random_state=seed).fit(X, y, data.prototypes)
+        rec["default"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
+                          "seconds": time.perf_counter() - start, "mix": model.prototype_mix_}
+        with unit_rows():
             start = time.perf_counter()
             model = LFA(random_state=seed).fit(X, y, data.prototypes)
-            rec["default"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
-                              "seconds": time.perf_counter() - start, "mix": model.prototype_mix_}
-            with unit_rows():
-                start = time.perf_counter()
-                model = LFA(random_state=seed).fit(X, y, data.prototypes)
-                seconds = time.perf_counter() - start
-            rec["unit_rows"] = {"accuracy": unit_row_accuracy(model, data.eval_features, data.eval_labels),
-                                "seconds": seconds, "mix": model.prototype_mix_}
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
+            seconds = time.perf_counter() - start
+        rec["unit_rows"] = {"accuracy": unit_row_accuracy(model, data.eval_features, data.eval_labels),
+                            "seconds": seconds, "mix": model.prototype_mix_}
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
     return records
 
 
