@@ -78,8 +78,8 @@ def test_hybrid_prototypes_switch_on_where_the_support_carries_the_classes():
     paper = LFA.paper(steps=50, random_state=0).fit(x, y, text)
     auto = LFA(random_state=0).fit(x, y, text)
     assert auto.prototype_mix_ >= 0.5
-    # the discriminant brings class biases; plain class means bring none
-    assert auto.intercept_.any() == (auto.support_kind_ == "discriminant")
+    # the discriminant brings class biases, and so does the average with it; plain class means bring none
+    assert auto.intercept_.any() == (auto.support_kind_ == "discriminant" or bool(auto.discriminant_weight_))
     assert auto.score(xt, yt) > paper.score(xt, yt) + 0.1
     assert auto.selection_["how"] == "held-out" and auto.selection_["rows"] == len(y)
 

@@ -61,7 +61,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     prototype_mix : "auto" or float in [0, 1], default="auto"
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
-        rows (at 1 shot, where nothing can be held out: ¼, or 0 where zero-shot is kept).
+        rows (at 1 shot, where nothing can be held out: ¼, or 0 where zero-shot is kept), and
+        serves it averaged with the discriminant alone (equal weight on standardised scores,
+        ``discriminant_weight_``) as a hedge against held-out noise.
     support_prototypes : {"auto", "discriminant", "mean"}, default="auto"
         The support side of the mix: the class's linear discriminant in the aligned space (class
         mean under GDA's shared shrunk precision, with its bias), or its L2-normalised mean.
@@ -138,6 +140,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     refined_prototypes_ : ndarray (C, d) or None   prototypes after joint training.
     feature_mean_ : ndarray (d,)        μ subtracted from the rows (zero without centring).
     center_, prototype_mix_, support_kind_, refine_prototypes_, mapping_ : the options used.
+    discriminant_weight_ : float or None   weight w of the discriminant alone in the served class
+                                        vectors ``(1 − w)·hybrid(λ) + w·discriminant`` (the default's
+                                        hedge on a held-out λ, see :mod:`~lfa_index.core.selection`);
+                                        None when the hybrid is served as chosen.
     selection_ : dict or None           how the step count and options were chosen (held-out
                                         candidates and scores).
     summary_ : str                      one line: what was chosen, the held-out evidence, the time.
@@ -316,6 +322,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             else (self.support_prototypes,),
             keep_zero_shot=bool(self.keep_zero_shot),
             new_class_map=self.new_class_map, cv_splits=int(self.cv_splits), cv_val_size=float(self.cv_val_size),
+            blend=mix == "auto" and len(mixes) > 1 and affine and self.support_prototypes in ("auto", "discriminant"),
         )
 
     def _check_unsupervised_options(self) -> None:
@@ -414,6 +421,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps"]
         kind = " (class means)" if self.support_kind_ == "mean" else ""
         options = [f"λ={self.prototype_mix_:g}{kind}"] if self.prototype_mix_ else []
+        if getattr(self, "discriminant_weight_", None):
+            options.append(f"averaged with the discriminant (weight {self.discriminant_weight_:.2f})")
         options += ["average map"] if self.mapping_ == "average" else []
         options += ["centred"] if self.center_ else []
         options += ["trained prototypes"] if self.refine_prototypes_ else []
@@ -422,7 +431,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         if sel.get("accuracy") is not None:
             ref = sel.get("reference")
             versus = f" vs {100 * ref:.1f}% for the paper's classifier" if ref is not None else ""
-            parts.append(f"held-out {100 * sel['accuracy']:.1f}%{versus} ({sel['rows']} rows, {sel['folds']} folds)")
+            chosen = sel.get("chosen_accuracy")
+            served = f" as served ({100 * chosen:.1f}% before the average)" if chosen is not None else ""
+            parts.append(f"held-out {100 * sel['accuracy']:.1f}%{served}{versus} ({sel['rows']} rows, "
+                         f"{sel['folds']} folds)")
         elif self.step_trials_:
             best = max(t[1] for t in self.step_trials_)
             parts.append(f"held-out {100 * best:.1f}% ({len(self.step_trials_)} checkpoints)")

@@ -43,6 +43,7 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
             mean=torch.as_tensor(lfa.feature_mean_, device=x.device), beta=float(lfa.beta_), steps=int(lfa.steps_),
             candidate=Candidate(Variant(bool(lfa.center_), bool(lfa.refine_prototypes_)), int(lfa.steps_),
                                 lfa.mapping_, float(lfa.prototype_mix_), lfa.support_kind_ or "discriminant"),
+            blend=getattr(lfa, "discriminant_weight_", None) is not None,
         )
         asked = Asked(**{**asked.__dict__, "centers": (bool(lfa.center_),)})
     fit = solve_supervised(x, labels, protos, asked=asked, config=lfa.refine_config(),
@@ -66,6 +67,7 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
         beta_=fit.beta.beta, beta_selection_=fit.beta.how, beta_scores_=fit.beta.scores,
         new_class_beta_=None if new_class is None else new_class.beta, step_trials_=fit.step_trials,
         selection_=selection, heldout_scores_=None if heldout is None else np.asarray(heldout, dtype=np.float32),
+        discriminant_weight_=fit.discriminant_weight,
         loss_curve_=fit.loss_curve, hubness_init_=fit.hubness_init, hubness_=fit.hubness, assignments_=None,
     )
 
@@ -91,6 +93,7 @@ def fit_unsupervised(lfa: Any, x: torch.Tensor, labels: None, protos: torch.Tens
         center_=False, refine_prototypes_=False, prototype_mix_=0.0, support_kind_=None, mapping_=mapping,
         beta_=fit.beta.beta, beta_selection_=fit.beta.how, beta_scores_=fit.beta.scores, new_class_beta_=None,
         steps_=fit.steps, step_trials_=fit.step_trials, selection_=None, heldout_scores_=None,
+        discriminant_weight_=None,
         loss_curve_=fit.loss_curve, hubness_init_=fit.hubness_init, hubness_=fit.hubness,
         assignments_=_numpy(fit.assignments),
     )

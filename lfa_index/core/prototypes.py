@@ -12,6 +12,10 @@ linear discriminant of the class in the aligned space (``kind="discriminant"``):
 ICLR 2024) give ``s_c ∝ P m_c`` and ``t_c ∝ −½ m_cᵀ P m_c``, scaled together so that the ``s_c``
 have unit mean norm and sit on the scale of the unit text prototypes. λ = 0 is plain LFA.
 The classifier stays a nearest-vector search: ``[z, 1]·[q_c, b_c]``.
+
+:func:`blend_with_discriminant` averages a chosen hybrid with the discriminant alone (λ = 1), each
+classifier's scores standardised on the support rows: the default serves that average, a hedge
+against a λ picked by the noise of a few hundred held-out rows.
 """
 
 from __future__ import annotations
@@ -96,6 +100,32 @@ def hybrid_prototypes(
     if bool(seen.any()) and not bool(seen.all()):
         b = torch.where(seen, b, b[seen].mean())
     return q.to(text.dtype), b.to(text.dtype)
+
+
+def score_spread(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Tensor | None) -> torch.Tensor:
+    """Standard deviation of the row-centred scores ``z qᵀ + b`` (a classifier's score scale)."""
+    scores = class_scores(z.to(prototypes.dtype), prototypes, intercept)
+    return (scores - scores.mean(dim=1, keepdim=True)).std()
+
+
+def blend_with_discriminant(
+    z: torch.Tensor, chosen: tuple[torch.Tensor, torch.Tensor | None], discriminant: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """The equal-weight average of two classifiers' standardised scores, as one ``(q, b)``.
+
+    ``chosen`` and ``discriminant`` are ``(q, b)`` pairs (``b`` None: no bias) scoring the rows
+    ``z`` (n, d) as ``z qᵀ + b``; each score is divided by its :func:`score_spread` on ``z`` and
+    the two are averaged. Rescaled to sum to one, that is ``w·discriminant + (1 − w)·chosen``
+    with ``w = σ_chosen / (σ_chosen + σ_discriminant)``. Returns ``(q, b, w)``.
+    """
+    q, b = chosen
+    s, t = discriminant
+    spread_q, spread_s = float(score_spread(z, q, b)), float(score_spread(z, s, t))
+    if not (spread_q > 0 and spread_s > 0):  # a classifier that ranks nothing: keep the chosen one
+        return q, (torch.zeros_like(t) if b is None else b), 0.0
+    w = spread_q / (spread_q + spread_s)
+    bias = w * t if b is None else (1 - w) * b + w * t
+    return (1 - w) * q + w * s, bias.to(q.dtype), w
 
 
 def class_scores(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Tensor | None) -> torch.Tensor:

@@ -17,6 +17,13 @@ the classifier little, so their noise averages out where their signal agrees). A
 changes the classifier (the average map, a variant) must also beat the plain candidate at the same
 steps and λ in a paired sign test on the held-out rows, or it stays off.
 
+**The served classifier** (``blend=True``, the default's "auto" mix). The chosen candidate is
+served as the equal-weight average of its standardised scores and those of the discriminant
+alone (:func:`~lfa_index.core.prototypes.blend_with_discriminant`): a hedge against a λ that
+the noise of a few hundred held-out rows picked. The choice is made on the candidates as they
+are (the hedge would shift every λ alike); the held-out accuracy and scores reported for the
+chosen one are those of the average, i.e. of what is served.
+
 **Bounds.** The horizon is at most :data:`HORIZON` steps and at most one step per support row
 (a small support over-fits long runs). With ``C ≤ k + 1`` classes every other class is among
 the k nearest prototypes of the ARerank loss, so it has nothing to re-rank and only fits the
@@ -43,7 +50,7 @@ from .beta import significantly_better
 from .config import MIX_GRID, RefineConfig  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
-from .prototypes import class_scores, hybrid_prototypes, support_prototypes
+from .prototypes import blend_with_discriminant, class_scores, hybrid_prototypes, support_prototypes
 from .refine import Progress, refine
 
 HORIZON = 150
@@ -105,15 +112,19 @@ class Evidence:
     horizon: int
     checkpoints: tuple[int, ...]
     repeats: int = 1
-    best_scores: np.ndarray | None = None  # (n_candidates, n_rows) held-out score of each row's best class
+    best_scores: np.ndarray | None = None  # (n_candidates, n_rows) held-out score of each row's best class, as served
+    served_hits: np.ndarray | None = None  # (n_candidates, n_rows) hits as served (blended), when that differs
 
     @staticmethod
     def mean(repeats: Sequence["Evidence"]) -> "Evidence":
         """The evidence of repeated cross-validation: each row's share of repeats it was right in."""
         first = repeats[0]
-        hits = np.mean([e.hits for e in repeats], axis=0)
-        scores = None if first.best_scores is None else np.mean([e.best_scores for e in repeats], axis=0)
-        return Evidence(first.candidates, hits, first.folds, first.horizon, first.checkpoints, len(repeats), scores)
+
+        def average(name: str) -> np.ndarray | None:
+            return None if getattr(first, name) is None else np.mean([getattr(e, name) for e in repeats], axis=0)
+
+        return Evidence(first.candidates, average("hits"), first.folds, first.horizon, first.checkpoints,
+                        len(repeats), average("best_scores"), average("served_hits"))
 
 
 @dataclass
@@ -129,6 +140,7 @@ class Selection:
     reference: float | None = None  # ... of the plain classifier (task map, λ = 0) at its best step count
     scores: dict[Candidate, float] = field(default_factory=dict)
     heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score under the chosen candidate
+    chosen_accuracy: float | None = None  # held-out accuracy of the chosen candidate before the blend, if blended
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +148,7 @@ class Selection:
             "kind": self.chosen.kind, **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon,
             "folds": self.folds,
             "rows": self.rows, "accuracy": self.accuracy, "reference": self.reference,
+            "chosen_accuracy": self.chosen_accuracy,
             "candidates": [[c.steps, c.mapping, c.mix, c.kind, c.variant.center, c.variant.refine_prototypes,
                             round(a, 4)] for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
         }
@@ -192,6 +205,23 @@ def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.
     return hybrid_prototypes(base, *support, mix)
 
 
+def served_classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
+                      support_kind: str, *, blend: bool, support: tuple | None = None,
+                      discriminant: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
+    """:func:`classifier`, then (``blend``) its average with the discriminant alone.
+
+    Returns ``(q, b, w)``: ``w`` is the discriminant's weight in the average (None without
+    ``blend``). ``support`` and ``discriminant`` reuse :func:`support_prototypes` results of these rows.
+    """
+    vectors, bias = classifier(aligned_support, labels, base, mix, support_kind, support)
+    if not blend:
+        return vectors, bias, None
+    if discriminant is None:
+        discriminant = support_prototypes(aligned_support, labels, base.shape[0], "discriminant")
+    return blend_with_discriminant(aligned_support, (vectors, bias),
+                                   hybrid_prototypes(base, *discriminant, 1.0))
+
+
 def cross_fitted_evidence(
     rows: dict[Variant, Rows],
     labels: torch.Tensor,
@@ -206,10 +236,13 @@ def cross_fitted_evidence(
     random_state: int,
     folds: Sequence[tuple[np.ndarray, np.ndarray]],
     progress: Progress | None = None,
+    blend: bool = False,
 ) -> Evidence:
     """Hits of every (variant, steps, map, λ) candidate on every support row, held out once.
 
-    ``folds`` are (train, held-out) row indices from :func:`support_folds`.
+    ``folds`` are (train, held-out) row indices from :func:`support_folds`. With ``blend`` each
+    candidate is also scored as served (:func:`served_classifier`): ``served_hits`` and
+    ``best_scores`` then describe the blended classifier.
     """
     y = labels.cpu().numpy()
     device = labels.device
@@ -218,6 +251,7 @@ def cross_fitted_evidence(
     slot = {c: i for i, c in enumerate(candidates)}
     hits = np.zeros((len(candidates), len(y)), dtype=bool)
     best_scores = np.zeros((len(candidates), len(y)), dtype=np.float32)
+    served_hits = np.zeros((len(candidates), len(y)), dtype=bool) if blend else None
     marks = set(checkpoints)
     for v_index, (variant, source) in enumerate(rows.items()):
         for f, (train_idx, val_idx) in enumerate(folds):
@@ -235,15 +269,23 @@ def cross_fitted_evidence(
                         w = map_for(W, W_tt, mapping)
                         aligned_train, aligned_val = z_train @ w, z_val @ w
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
+                        supports = {kind: support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
+                                    for kind in kinds if any(mix > 0 for mix in mixes)}
+                        discriminant = None
+                        if blend:  # the discriminant alone (λ = 1), the other half of every served classifier
+                            discriminant = hybrid_prototypes(base, *(supports.get("discriminant") or support_prototypes(
+                                aligned_train, y_train, prototypes.shape[0], "discriminant")), 1.0)
                         for kind in kinds:
-                            support = None
-                            if any(mix > 0 for mix in mixes):
-                                support = support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
                             for mix in mixes:
-                                vectors, bias = classifier(aligned_train, y_train, base, mix, kind, support)
-                                best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
+                                vectors, bias = classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
+                                best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
                                 hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
+                                if blend:
+                                    vectors, bias, _ = blend_with_discriminant(aligned_train, (vectors, bias),
+                                                                               discriminant)
+                                    best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                                    served_hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
                                 best_scores[row, val_idx] = (best / norms).cpu().numpy()
 
             if 0 in marks:
@@ -258,7 +300,8 @@ def cross_fitted_evidence(
                 refine(w0, x_train, y_train, prototypes, steps=horizon, horizon=horizon, generator=gen, coin=coin,
                        config=config, train_prototypes=variant.refine_prototypes, progress=progress,
                        callback=at_checkpoint)
-    return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores)
+    return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
+                    served_hits=served_hits)
 
 
 def _preference(c: Candidate) -> tuple:
@@ -302,10 +345,12 @@ def choose(evidence: Evidence, plain: Variant, plain_mapping: str = "task") -> S
     n_rows = evidence.hits.shape[1]
     paper_like = best([c for c in plain_pool if c.mix == 0.0]) if 0.0 in mixes else None
     scores = {c: float(totals[where[c]] / n_rows) for c in evidence.candidates}
+    served = None if evidence.served_hits is None else float(evidence.served_hits[where[chosen]].mean())
     return Selection(
-        chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen],
+        chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen] if served is None else served,
         None if paper_like is None else scores[paper_like], scores,
         None if evidence.best_scores is None else evidence.best_scores[where[chosen]],
+        None if served is None else scores[chosen],
     )
 
 

@@ -24,8 +24,8 @@ FITTED_ARRAYS: tuple[str, ...] = (
 """Fitted attributes saved as arrays (None allowed: the array is then left out)."""
 FITTED_VALUES: tuple[str, ...] = (
     "classes_", "n_features_in_", "beta_", "beta_selection_", "steps_", "step_trials_", "projection_side_",
-    "projection_kind_", "center_", "prototype_mix_", "support_kind_", "refine_prototypes_", "mapping_", "selection_",
-    "loss_curve_", "hubness_init_", "hubness_", "new_class_beta_", "summary_", "fit_seconds_",
+    "projection_kind_", "center_", "prototype_mix_", "support_kind_", "discriminant_weight_", "refine_prototypes_",
+    "mapping_", "selection_", "loss_curve_", "hubness_init_", "hubness_", "new_class_beta_", "summary_", "fit_seconds_",
 )
 """Fitted attributes saved as JSON values."""
 

@@ -35,11 +35,11 @@ from .selection import (
     Variant,
     checkpoints_for,
     choose,
-    classifier,
     cross_fitted_evidence,
     horizon_for,
     map_for,
     select_paper_steps,
+    served_classifier,
     support_folds,
 )
 
@@ -62,6 +62,7 @@ class Asked:
     new_class_map: str  # "auto" (class-disjoint β) or "ema" (the paper's W_tt)
     cv_splits: int
     cv_val_size: float
+    blend: bool = False  # serve a held-out choice averaged with the discriminant (selection.served_classifier)
 
     @property
     def paper_classifier(self) -> bool:
@@ -80,6 +81,7 @@ class Warm:
     beta: float
     steps: int
     candidate: Candidate
+    blend: bool = False  # the previous fit served its classifier averaged with the discriminant
 
 
 @dataclass
@@ -99,6 +101,7 @@ class SupervisedFit:
     candidate: Candidate
     selection: Selection | None
     step_trials: list[tuple[int, float, float]] | None
+    discriminant_weight: float | None = None  # weight of the discriminant in the served average (None: no average)
     loss_curve: list[float] = field(default_factory=list)
     hubness_init: float = 0.0
     hubness: float = 0.0
@@ -197,7 +200,7 @@ def fit_supervised(
         evidence = Evidence.mean([cross_fitted_evidence(
             variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=asked.mixes,
             mappings=asked.mappings, kinds=asked.kinds, config=config, random_state=seed,
-            progress=progress,
+            progress=progress, blend=asked.blend,
         ) for f in repeats])
         selection = choose(evidence, plain, asked.mappings[0] if len(asked.mappings) == 1 else "task")
         if horizon == 0:
@@ -218,7 +221,10 @@ def fit_supervised(
                     train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
-    vectors, bias = classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind)
+    blend = warm.blend if warm is not None else asked.blend and selection is not None and selection.how in (
+        "held-out", "no-refinement")
+    vectors, bias, weight = served_classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind,
+                                              blend=blend)
     if bias is None:
         bias = torch.zeros(n_classes, dtype=prototypes.dtype, device=device)
 
@@ -234,7 +240,7 @@ def fit_supervised(
         refined_prototypes=result.prototypes,
         feature_mean=mean if candidate.variant.center else torch.zeros_like(mean),
         beta=beta, new_class_beta=new_beta, candidate=candidate, selection=selection, step_trials=step_trials,
-        loss_curve=result.loss_curve,
+        discriminant_weight=weight, loss_curve=result.loss_curve,
         hubness_init=hubness(F.normalize(fit0 @ w_init, dim=1), prototypes, labels),
         hubness=hubness(F.normalize(fit0 @ result.W, dim=1), prototypes, labels),
     )
