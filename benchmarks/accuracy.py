@@ -169,6 +169,7 @@ def _run_method(name: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any
             "projection": model.projection_kind_,
             "center": bool(model.center_),
             "prototype_mix": float(model.prototype_mix_),
+            "discriminant_weight": model.discriminant_weight_,
             "refine_prototypes": bool(model.refine_prototypes_),
             "mapping": model.mapping_,
             "beta_selection": model.beta_selection_,
@@ -176,7 +177,7 @@ def _run_method(name: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any
             "summary": model.summary_,
             "selection": None if model.selection_ is None else {
                 k: model.selection_.get(k) for k in ("how", "folds", "rows", "horizon", "accuracy", "reference",
-                                                     "candidates")},
+                                                     "chosen_accuracy", "candidates")},
         }
         return model.predict(task.X_eval), extras
     if name == "beta_procrustes":
@@ -238,7 +239,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str
 def lfa_choices(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, list]]]]:
     """``choices[method][set][shots]`` = lists over seeds of what LFA chose (β, steps, options, fit time)."""
     keys = ("seed", "beta", "beta_selection", "steps", "fit_seconds", "projection", "center", "prototype_mix",
-            "refine_prototypes", "mapping", "new_class_beta")
+            "discriminant_weight", "refine_prototypes", "mapping", "new_class_beta")
     out: dict[str, dict[str, dict[str, dict[str, list]]]] = {}
     for r in records:
         if r["method"] not in LFA_METHODS:
@@ -246,7 +247,8 @@ def lfa_choices(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[s
         cell = out.setdefault(r["method"], {}).setdefault(r["set"], {}).setdefault(
             str(r["shots"]), {k: [] for k in keys + ("folds", "rows", "accuracy", "reference")})
         for k in keys:
-            cell[k].append(round(r[k], 2) if k == "fit_seconds" else r.get(k))
+            cell[k].append(round(r[k], 2) if k in ("fit_seconds", "discriminant_weight") and r.get(k) is not None
+                           else r.get(k))
         selection = r.get("selection") or {}
         for k in ("folds", "rows", "accuracy", "reference"):
             cell[k].append(selection.get(k))
@@ -390,8 +392,8 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     choices = lfa_choices(records).get("lfa", {})
     if choices:
         lines += ["## What the default chose (per seed)", "",
-                  "| Set | Shots | β (how) | steps | λ (mix) | map | held-out: chosen / paper's classifier (rows) | "
-                  "fit (s) |", "|---|---:|---|---|---|---|---|---|"]
+                  "| Set | Shots | β (how) | steps | λ (mix) | discriminant weight | map | "
+                  "held-out: served / paper's classifier (rows) | fit (s) |", "|---|---:|---|---|---|---|---|---|---|"]
         fmt = lambda xs: ", ".join(str(x) for x in xs)  # noqa: E731
         for s in sets:
             for shots in shots_list:
@@ -400,7 +402,8 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                     continue
                 betas = ", ".join(f"{b:g} ({h})" for b, h in zip(c["beta"], c["beta_selection"]))
                 held = ", ".join(_held_out(a, r, n) for a, r, n in zip(c["accuracy"], c["reference"], c["rows"]))
-                lines.append(f"| {s} | {shots} | {betas} | {fmt(c['steps'])} | {fmt(c['prototype_mix'])} | "
+                weights = fmt("–" if w is None else w for w in c.get("discriminant_weight", []))
+                lines.append(f"| {s} | {shots} | {betas} | {fmt(c['steps'])} | {fmt(c['prototype_mix'])} | {weights} | "
                              f"{fmt(c['mapping'])} | {held} | {fmt(c['fit_seconds'])} |")
         lines.append("")
     lines += ["## Protocol", ""] + [f"- **{k}**: {v}" for k, v in PROTOCOL.items()] + [""]
