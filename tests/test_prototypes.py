@@ -8,6 +8,7 @@ import torch
 
 from benchmarks.baselines import gda_discriminant
 from lfa_index.core.prototypes import (
+    blend_with_discriminant,
     class_means,
     class_scores,
     hybrid_prototypes,
@@ -93,3 +94,40 @@ def test_classes_without_support_rows_keep_their_text_prototype_and_the_mean_bia
     q, b = hybrid_prototypes(text, *support, 0.5)
     torch.testing.assert_close(q[4:], text[4:])
     torch.testing.assert_close(b[4:], b[:4].mean().expand(2))
+
+
+def test_the_blend_ranks_as_the_equal_weight_average_of_the_standardised_scores():
+    z, y, _ = rows(seed=3)
+    queries, _, _ = rows(seed=4, shots=20)
+    text = torch.nn.functional.normalize(torch.randn(6, z.shape[1], dtype=torch.float64,
+                                                     generator=torch.Generator().manual_seed(0)), dim=1)
+    support = support_prototypes(z, y, 6, "discriminant")
+    chosen, disc = hybrid_prototypes(text, *support, 0.25), hybrid_prototypes(text, *support, 1.0)
+    q, b, w = blend_with_discriminant(z, chosen, disc)
+
+    def standardised(classifier):
+        on_support = class_scores(z, *classifier)
+        spread = (on_support - on_support.mean(1, keepdim=True)).std()
+        return class_scores(queries, *classifier) / spread
+
+    average = (standardised(chosen) + standardised(disc)) / 2
+    # one positive factor apart: the blend is that average, rescaled to weights summing to one
+    blended = class_scores(queries, q, b)
+    factor = float((blended * average).sum() / (average * average).sum())
+    assert factor > 0
+    torch.testing.assert_close(blended, factor * average)
+    assert 0 < w < 1
+    torch.testing.assert_close(q, (1 - w) * chosen[0] + w * disc[0])
+    torch.testing.assert_close(b, (1 - w) * chosen[1] + w * disc[1])
+
+
+def test_the_blend_of_the_discriminant_with_itself_or_of_a_flat_classifier_changes_nothing():
+    z, y, _ = rows(seed=5)
+    disc = hybrid_prototypes(torch.zeros(6, z.shape[1], dtype=torch.float64), *support_prototypes(z, y, 6), 1.0)
+    q, b, w = blend_with_discriminant(z, disc, disc)
+    torch.testing.assert_close(q, disc[0])
+    torch.testing.assert_close(b, disc[1])
+    assert w == pytest.approx(0.5)
+    flat = torch.zeros(6, z.shape[1], dtype=torch.float64)  # ranks nothing: no scale to standardise by
+    q, b, w = blend_with_discriminant(z, (flat, None), disc)
+    assert w == 0.0 and not q.any() and not b.any()

@@ -304,3 +304,35 @@ def test_the_fit_ends_with_a_summary_of_its_choices(capsys):
     printed = capsys.readouterr().err
     assert lfa.summary_ in printed and lfa.summary_.startswith("LFA fit: β=")
     assert f"{lfa.steps_} steps" in lfa.summary_ and "held-out" in lfa.summary_ and lfa.fit_seconds_ > 0
+
+
+def test_the_default_serves_its_held_out_choice_averaged_with_the_discriminant_alone():
+    x, y, text, xt, yt = twin_prototype_problem(seed=2)
+    auto = LFA(random_state=0).fit(x, y, text)
+    w = auto.discriminant_weight_
+    assert auto.selection_["how"] == "held-out" and 0 < w < 1
+    # rebuild the served vectors from the fitted map: (1 − w)·hybrid(λ, kind) + w·discriminant
+    z = torch.as_tensor(auto._mapped(x, "task"))
+    labels = torch.as_tensor(np.searchsorted(auto.classes_, y))
+    base = torch.as_tensor(auto.text_prototypes_, dtype=torch.float64)
+    chosen = selection.classifier(z, labels, base, auto.prototype_mix_, auto.support_kind_)
+    disc = selection.classifier(z, labels, base, 1.0, "discriminant")
+    bias = (1 - w) * (0 if chosen[1] is None else chosen[1]) + w * disc[1]
+    np.testing.assert_allclose(auto.prototypes_, (1 - w) * chosen[0] + w * disc[0], atol=1e-5)
+    np.testing.assert_allclose(auto.intercept_, bias, atol=1e-5)
+    # the held-out figures describe what is served, next to the chosen candidate's own
+    assert auto.selection_["chosen_accuracy"] is not None
+    assert "averaged with the discriminant" in auto.summary_ and "as served" in auto.summary_
+    assert len(auto.heldout_scores_) == len(y)
+    # a warm start keeps serving the average
+    auto.set_params(warm_start=True).fit(x, y, text)
+    assert auto.discriminant_weight_ is not None
+
+
+def test_the_paper_a_fixed_mix_and_one_shot_fits_serve_their_classifier_as_it_is():
+    x, y, text, _, _ = twin_prototype_problem(seed=2)
+    assert LFA.paper(steps=10, random_state=0).fit(x, y, text).discriminant_weight_ is None
+    assert LFA(prototype_mix=0.5, steps=10, random_state=0).fit(x, y, text).discriminant_weight_ is None
+    assert LFA(support_prototypes="mean", random_state=0).fit(x, y, text).discriminant_weight_ is None
+    one = np.unique(y, return_index=True)[1]
+    assert LFA(random_state=0).fit(x[one], y[one], text).discriminant_weight_ is None

@@ -1,0 +1,148 @@
+"""How much of the discriminant should the default serve? Weights of the average, on the same fits.
+
+The default chooses a hybrid classifier (text prototypes mixed with a support discriminant, λ on
+held-out rows, :mod:`lfa_index.core.selection`) and serves it averaged with the discriminant alone,
+each classifier's scores standardised on the support rows, at equal weight
+(:func:`lfa_index.core.prototypes.blend_with_discriminant`). The choice does not depend on the
+average, so one fit per support gives every weight: this script rebuilds the chosen hybrid and the
+discriminant from the fitted map and scores the eval rows with
+
+    (1 − ω)·S_chosen/σ_chosen + ω·S_discriminant/σ_discriminant,   ω ∈ {0, ¼, ½, ¾, 1},
+
+ω = 0 being the classifier served before the average and ω = ½ the default (checked against the
+fitted model's own predictions). The "raw GDA" column uses GDA on the input rows (the benchmark
+baseline, before any map) as the partner at ω = ½ instead.
+
+Usage
+-----
+    .venv/bin/python -m benchmarks.discriminant_blend                                 # all cells, 10 seeds
+    .venv/bin/python -m benchmarks.discriminant_blend --cells dtd:4 --seeds 3 --name blend_dtd
+    .venv/bin/python -m benchmarks.discriminant_blend --merge blend_a blend_b         # join parallel parts
+
+Prints a table (mean change against the best of GDA and the CV probe, ± the paired standard
+error over seeds) and writes ``benchmarks/results/<name>.json`` (default ``discriminant_blend``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+from lfa_index import LFA
+from lfa_index.core.selection import classifier
+from lfa_index.files import atomic_write
+
+from .baselines import gda_discriminant
+from .cells import cell_supports
+from .data import add_data_argument
+from .unit_rows import CELLS, RESULTS
+
+WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+SERVED = 0.5
+
+
+def _scores(z: np.ndarray, pair: tuple[torch.Tensor, torch.Tensor | None]) -> np.ndarray:
+    q, b = pair
+    scores = z @ q.double().numpy().T
+    return scores if b is None else scores + b.double().numpy()
+
+
+def _spread(scores: np.ndarray) -> float:
+    return float((scores - scores.mean(axis=1, keepdims=True)).std())
+
+
+def blend_accuracies(model: LFA, X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, y_eval: np.ndarray
+                     ) -> dict[str, float]:
+    """Eval accuracy (%) of every weight ω, and of raw-space GDA as the partner at ω = ½."""
+    z = model._mapped(X, "task")  # the aligned support rows, as the fit saw them (no public accessor)
+    z_eval = model._mapped(X_eval, "task")
+    labels = torch.as_tensor(np.searchsorted(model.classes_, y))
+    truth = np.searchsorted(model.classes_, y_eval)
+    base = torch.as_tensor(model.text_prototypes_, dtype=torch.float64)
+    rows = torch.as_tensor(z)
+    chosen = classifier(rows, labels, base, model.prototype_mix_, model.support_kind_ or "discriminant")
+    disc = classifier(rows, labels, base, 1.0, "discriminant")
+    s_chosen, s_disc = _scores(z_eval, chosen) / _spread(_scores(z, chosen)), \
+        _scores(z_eval, disc) / _spread(_scores(z, disc))
+    out = {f"w{w:g}": 100 * float(np.mean(((1 - w) * s_chosen + w * s_disc).argmax(1) == truth)) for w in WEIGHTS}
+    weights, bias = gda_discriminant(X, labels.numpy(), len(model.classes_))
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    s_raw = unit(X_eval) @ weights.T + bias
+    s_raw_support = unit(X) @ weights.T + bias
+    raw = (1 - SERVED) * s_chosen + SERVED * s_raw / _spread(s_raw_support)
+    out["raw_gda"] = 100 * float(np.mean(raw.argmax(1) == truth))
+    return out
+
+
+def run(cells: Sequence[str], seeds: int, root: Any) -> list[dict[str, Any]]:
+    """One record per (cell, seed): GDA, the CV probe, the default and every weight of the average."""
+    records = []
+    for data, X, y, rec in cell_supports(cells, seeds, root):
+        model = LFA(random_state=rec["seed"]).fit(X, y, data.prototypes)
+        rec["default"] = 100 * model.score(data.eval_features, data.eval_labels)
+        rec["mix"], rec["kind"], rec["weight"] = model.prototype_mix_, model.support_kind_, model.discriminant_weight_
+        rec.update(blend_accuracies(model, X, y, data.eval_features, data.eval_labels))
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
+    return records
+
+
+def table(records: Sequence[dict[str, Any]]) -> str:
+    """Per cell: change of each weight against the best reference baseline (mean ± paired s.e.)."""
+    columns = [f"w{w:g}" for w in WEIGHTS] + ["raw_gda"]
+    header = " | ".join(f"ω = {c[1:]}" if c.startswith("w") else "raw GDA, ω = ½" for c in columns)
+    lines = [f"| Set | Shots | Seeds | best baseline | {header} | served = ω ½ |",
+             "|---|---:|---:|---:|" + "---:|" * (len(columns) + 1)]
+    totals = dict.fromkeys(columns, 0.0)
+    for key in dict.fromkeys((r["set"], r["shots"]) for r in records):
+        cell = [r for r in records if (r["set"], r["shots"]) == key]
+        best = np.array([max(r["gda"], r["probe"]) for r in cell])
+        parts = []
+        for c in columns:
+            change = np.array([r[c] for r in cell]) - best
+            se = change.std(ddof=1) / np.sqrt(len(change)) if len(change) > 1 else float("nan")
+            totals[c] += change.mean()
+            parts.append(f"{change.mean():+.2f} ± {se:.2f}")
+        same = all(abs(r["default"] - r[f"w{SERVED:g}"]) < 1e-9 for r in cell)
+        lines.append(f"| {key[0]} | {key[1]} | {len(cell)} | {best.mean():.2f} | " + " | ".join(parts)
+                     + f" | {'yes' if same else 'NO'} |")
+    lines.append("| **sum over cells** | | | | " + " | ".join(f"{totals[c]:+.2f}" for c in columns) + " | |")
+    return "\n".join(lines)
+
+
+def save(records: Sequence[dict[str, Any]], command: str, name: str) -> None:
+    text = table(records)
+    print(text)
+    atomic_write(RESULTS / f"{name}.json", json.dumps({"command": command, "records": list(records), "table": text},
+                                                      indent=1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--name", default="discriminant_blend", help="results file stem")
+    parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
+    add_data_argument(parser)
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.discriminant_blend " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.merge:
+        parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
+        save([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts), args.name)
+        return 0
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(limits=args.threads):
+        records = run(args.cells, args.seeds, args.data)
+    save(records, command, args.name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
