@@ -421,7 +421,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps"]
         kind = " (class means)" if self.support_kind_ == "mean" else ""
         options = [f"λ={self.prototype_mix_:g}{kind}"] if self.prototype_mix_ else []
-        if getattr(self, "discriminant_weight_", None):
+        alone = self.prototype_mix_ == 1 and self.support_kind_ == "discriminant"  # averaged with itself
+        if getattr(self, "discriminant_weight_", None) and not alone:
+            options = options or ["λ=0"]
             options.append(f"averaged with the discriminant (weight {self.discriminant_weight_:.2f})")
         options += ["average map"] if self.mapping_ == "average" else []
         options += ["centred"] if self.center_ else []
