@@ -21,8 +21,9 @@ steps and λ in a paired sign test on the held-out rows, or it stays off.
 served as the equal-weight average of its standardised scores and those of the discriminant
 alone (:func:`~lfa_index.core.prototypes.blend_with_discriminant`): a hedge against a λ that
 the noise of a few hundred held-out rows picked. The choice is made on the candidates as they
-are (the hedge would shift every λ alike); the held-out accuracy and scores reported for the
-chosen one are those of the average, i.e. of what is served.
+are (choosing among the averages would expose the hedge to the noise it hedges against); the
+held-out accuracy and scores reported for the chosen one are those of the average, i.e. of what
+is served.
 
 **Bounds.** The horizon is at most :data:`HORIZON` steps and at most one step per support row
 (a small support over-fits long runs). With ``C ≤ k + 1`` classes every other class is among
@@ -139,7 +140,7 @@ class Selection:
     accuracy: float | None = None  # held-out accuracy of the chosen candidate
     reference: float | None = None  # ... of the plain classifier (task map, λ = 0) at its best step count
     scores: dict[Candidate, float] = field(default_factory=dict)
-    heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score under the chosen candidate
+    heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score, chosen candidate as served
     chosen_accuracy: float | None = None  # held-out accuracy of the chosen candidate before the blend, if blended
 
     def as_dict(self) -> dict[str, Any]:
@@ -206,20 +207,16 @@ def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.
 
 
 def served_classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
-                      support_kind: str, *, blend: bool, support: tuple | None = None,
-                      discriminant: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
+                      support_kind: str, *, blend: bool) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
     """:func:`classifier`, then (``blend``) its average with the discriminant alone.
 
-    Returns ``(q, b, w)``: ``w`` is the discriminant's weight in the average (None without
-    ``blend``). ``support`` and ``discriminant`` reuse :func:`support_prototypes` results of these rows.
+    Returns ``(q, b, w)``: ``w`` is the discriminant's weight in the average (None without ``blend``).
     """
-    vectors, bias = classifier(aligned_support, labels, base, mix, support_kind, support)
+    vectors, bias = classifier(aligned_support, labels, base, mix, support_kind)
     if not blend:
         return vectors, bias, None
-    if discriminant is None:
-        discriminant = support_prototypes(aligned_support, labels, base.shape[0], "discriminant")
-    return blend_with_discriminant(aligned_support, (vectors, bias),
-                                   hybrid_prototypes(base, *discriminant, 1.0))
+    discriminant = classifier(aligned_support, labels, base, 1.0, "discriminant")
+    return blend_with_discriminant(aligned_support, (vectors, bias), discriminant)
 
 
 def cross_fitted_evidence(
