@@ -13,13 +13,27 @@ Example
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+from lfa_index.files import atomic_write
 
 from .baselines import BASELINES, FewShotTask
-from .data import FewShotSet, load_set, sample_support
+from .data import FewShotSet, add_data_argument, load_set, sample_support
+
+RESULTS = Path(__file__).parent / "results"
+CELLS = tuple(f"{name}:{shots}" for name in ("caltech101", "banking77", "dtd", "oxford_pets", "ag_news")
+              for shots in (4, 16))
+"""Every 4- and 16-shot cell of the five shared sets."""
+
+Records = list[dict[str, Any]]
 
 REFERENCES = (("probe", "linear_probe_cv"), ("gda", "gda"))
 """Record key and baseline name of each reference baseline."""
@@ -39,3 +53,38 @@ def cell_supports(cells: Sequence[str], seeds: int, root: Path | None
                                same_model=data.same_model, seed=seed)
             yield data, X, y, {"set": name, "shots": int(shots), "seed": seed, **{
                 key: 100 * float(np.mean(BASELINES[method](task) == data.eval_labels)) for key, method in REFERENCES}}
+
+
+def save_records(records: Sequence[dict[str, Any]], command: str, name: str,
+                 table: Callable[[Sequence[dict[str, Any]]], str]) -> None:
+    """Print ``table(records)`` and write ``results/<name>.json`` (command, records, table) at once."""
+    text = table(records)
+    print(text)
+    atomic_write(RESULTS / f"{name}.json", json.dumps({"command": command, "records": list(records), "table": text},
+                                                      indent=1))
+
+
+def cell_benchmark(module: str, description: str, default_name: str,
+                   run: Callable[[Sequence[str], int, Path | None], Records],
+                   table: Callable[[Sequence[dict[str, Any]]], str], argv: Sequence[str] | None) -> int:
+    """The command line of a per-cell benchmark: ``--cells``, ``--seeds``, ``--threads``, ``--name``,
+    ``--merge`` (join the records of earlier parts instead of running) and the data folder."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--name", default=default_name, help="results file stem")
+    parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
+    add_data_argument(parser)
+    args = parser.parse_args(argv)
+    command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.merge:
+        parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
+        save_records([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts),
+                     args.name, table)
+        return 0
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(limits=args.threads):
+        records = run(args.cells, args.seeds, args.data)
+    save_records(records, command, args.name, table)
+    return 0

@@ -25,23 +25,17 @@ error over seeds) and writes ``benchmarks/results/<name>.json`` (default ``discr
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from typing import Any, Sequence
 
 import numpy as np
 import torch
-from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
 from lfa_index.core.selection import classifier
-from lfa_index.files import atomic_write
 
 from .baselines import gda_discriminant
-from .cells import cell_supports
-from .data import add_data_argument
-from .unit_rows import CELLS, RESULTS
+from .cells import cell_benchmark, cell_supports
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SERVED = 0.5
@@ -116,32 +110,9 @@ def table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def save(records: Sequence[dict[str, Any]], command: str, name: str) -> None:
-    text = table(records)
-    print(text)
-    atomic_write(RESULTS / f"{name}.json", json.dumps({"command": command, "records": list(records), "table": text},
-                                                      indent=1))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--name", default="discriminant_blend", help="results file stem")
-    parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
-    add_data_argument(parser)
-    args = parser.parse_args(argv)
-    command = "python -m benchmarks.discriminant_blend " + " ".join(sys.argv[1:] if argv is None else argv)
-    if args.merge:
-        parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
-        save([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts), args.name)
-        return 0
-    torch.set_num_threads(args.threads)
-    with threadpool_limits(limits=args.threads):
-        records = run(args.cells, args.seeds, args.data)
-    save(records, command, args.name)
-    return 0
+    return cell_benchmark("benchmarks.discriminant_blend", __doc__.split("\n\n")[0], "discriminant_blend", run, table,
+                          argv)
 
 
 if __name__ == "__main__":

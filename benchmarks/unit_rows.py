@@ -23,29 +23,20 @@ Prints a table and writes ``benchmarks/results/<name>.json`` (default ``unit_row
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import torch
 import torch.nn.functional as F
-from threadpoolctl import threadpool_limits
 
 import lfa_index.core.selection as selection
 from lfa_index import LFA
 from lfa_index.arrays import l2_normalize
 
-from .cells import cell_supports
-from .data import add_data_argument
-
-RESULTS = Path(__file__).parent / "results"
-CELLS = tuple(f"{name}:{shots}" for name in ("caltech101", "banking77", "dtd", "oxford_pets", "ag_news")
-              for shots in (4, 16))
+from .cells import cell_benchmark, cell_supports
 
 
 @contextmanager
@@ -107,33 +98,8 @@ def table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def save(records: Sequence[dict[str, Any]], command: str, name: str) -> None:
-    text = table(records)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"command": command, "records": list(records), "table": text},
-                                                     indent=1))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--name", default="unit_rows", help="results file stem")
-    parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
-    add_data_argument(parser)
-    args = parser.parse_args(argv)
-    command = "python -m benchmarks.unit_rows " + " ".join(sys.argv[1:] if argv is None else argv)
-    if args.merge:
-        parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
-        save([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts), args.name)
-        return 0
-    torch.set_num_threads(args.threads)
-    with threadpool_limits(limits=args.threads):
-        records = run(args.cells, args.seeds, args.data)
-    save(records, command, args.name)
-    return 0
+    return cell_benchmark("benchmarks.unit_rows", __doc__.split("\n\n")[0], "unit_rows", run, table, argv)
 
 
 if __name__ == "__main__":
