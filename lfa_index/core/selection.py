@@ -270,8 +270,8 @@ def cross_fitted_evidence(
                                     for kind in kinds if any(mix > 0 for mix in mixes)}
                         discriminant = None
                         if blend:  # the discriminant alone (λ = 1), the other half of every served classifier
-                            discriminant = hybrid_prototypes(base, *(supports.get("discriminant") or support_prototypes(
-                                aligned_train, y_train, prototypes.shape[0], "discriminant")), 1.0)
+                            discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
+                                                      supports.get("discriminant"))
                         for kind in kinds:
                             for mix in mixes:
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
