@@ -20,7 +20,7 @@ Usage
     # two processes on two cores, then one table
     .venv/bin/python -m benchmarks.accuracy --sets caltech101 banking77 --name accuracy_part_a &
     .venv/bin/python -m benchmarks.accuracy --sets dtd oxford_pets ag_news --name accuracy_part_b
-    .venv/bin/python -m benchmarks.accuracy --merge accuracy_part_a accuracy_part_b   # -> accuracy.*
+    .venv/bin/python -m benchmarks.accuracy --merge accuracy_part_a accuracy_part_b --name accuracy
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,6 +42,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
+from lfa_index.files import atomic_write
 
 from .baselines import (
     BASELINES,
@@ -432,15 +431,6 @@ def print_table(records: Sequence[dict[str, Any]]) -> None:
 
 
 # ---------------------------------------------------------------------------- I/O + CLI
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
 def save(records: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: Path, name: str) -> None:
     """Write ``{name}.json`` (meta, summary, LFA choices, per-run records) and ``{name}.md``."""
     payload = {
@@ -451,8 +441,8 @@ def save(records: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: Path,
         "fit_times": fit_times(records),
         "records": list(records),
     }
-    _write_atomic(out_dir / f"{name}.json", json.dumps(payload, indent=1))
-    _write_atomic(out_dir / f"{name}.md", markdown(records, meta))
+    atomic_write(out_dir / f"{name}.json", json.dumps(payload, indent=1))
+    atomic_write(out_dir / f"{name}.md", markdown(records, meta))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -473,6 +463,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--merge", nargs="+", metavar="STEM", default=None,
                         help="combine earlier result files (stems under --out-dir) into one table, run nothing")
     args = parser.parse_args(argv)
+    if args.merge and args.name is None:
+        parser.error("--merge needs --name, the stem of the merged files (e.g. --name accuracy): a merge of other "
+                     "runs would otherwise overwrite accuracy.json")
     if args.sets is None:
         args.sets = [QUICK_SET] if args.quick else list(SET_NAMES)
     if args.seeds is None:
@@ -491,7 +484,7 @@ def merge(stems: Sequence[str], out_dir: Path, name: str) -> None:
         raise SystemExit("the files to merge share (set, shots, seed, method) runs; merge runs of disjoint sets.")
     meta = dict(parts[0]["meta"])
     meta["command"] = " ; ".join(p["meta"]["command"] for p in parts) + " ; python -m benchmarks.accuracy --merge " \
-        + " ".join(stems)
+        + " ".join(stems) + f" --name {name}"
     meta["sets"] = {k: v for p in parts for k, v in p["meta"]["sets"].items()}
     meta["sets_requested"] = list(meta["sets"])
     meta["runtime_s"] = max(p["meta"].get("runtime_s", 0.0) for p in parts)

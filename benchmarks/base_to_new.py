@@ -29,6 +29,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
+from lfa_index.files import atomic_write
 
 from .data import SET_NAMES, add_data_argument, load_set, sample_support
 
@@ -125,9 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         flush=True)
     text = table(records)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps({"args": vars(args) | {"data": None}, "records": records,
-                                                           "table": text}, indent=1))
+    atomic_write(RESULTS / f"{args.name}.json",
+                 json.dumps({"args": vars(args) | {"data": None}, "records": records, "table": text}, indent=1))
     return 0
 
 

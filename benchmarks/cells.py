@@ -73,15 +73,20 @@ def cell_benchmark(module: str, description: str, default_name: str,
     parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
     parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--name", default=default_name, help="results file stem")
+    parser.add_argument("--name", default=None, help=f"results file stem (default {default_name}; "
+                        "required with --merge)")
     parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
     add_data_argument(parser)
     args = parser.parse_args(argv)
+    if args.merge and args.name is None:
+        parser.error(f"--merge needs --name, the stem of the merged file (e.g. --name {default_name}): a merge "
+                     f"would otherwise overwrite {default_name}.json")
+    args.name = args.name or default_name
     command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.merge:
         parts = [json.loads((RESULTS / f"{stem}.json").read_text()) for stem in args.merge]
-        save_records([r for part in parts for r in part["records"]], " ; ".join(p["command"] for p in parts),
-                     args.name, table)
+        save_records([r for part in parts for r in part["records"]],
+                     " ; ".join([p["command"] for p in parts] + [command]), args.name, table)
         return 0
     torch.set_num_threads(args.threads)
     with threadpool_limits(limits=args.threads):

@@ -17,7 +17,7 @@ Usage
 -----
     .venv/bin/python -m benchmarks.discriminant_blend                                 # all cells, 10 seeds
     .venv/bin/python -m benchmarks.discriminant_blend --cells dtd:4 --seeds 3 --name blend_dtd
-    .venv/bin/python -m benchmarks.discriminant_blend --merge blend_a blend_b         # join parallel parts
+    .venv/bin/python -m benchmarks.discriminant_blend --merge blend_a blend_b --name discriminant_blend  # join parts
 
 Prints a table (mean change against the best of GDA and the CV probe, ± the paired standard
 error over seeds) and writes ``benchmarks/results/<name>.json`` (default ``discriminant_blend``).

@@ -36,6 +36,7 @@ from lfa_index import LFA
 from lfa_index.core.beta import BETA_GRID, grid_hits, identity_is_informative, identity_kept
 from lfa_index.core.procrustes import support_splits
 from lfa_index.core.selection import CLOSED_FORM_FOLDS, CLOSED_FORM_REPEATS, support_folds
+from lfa_index.files import atomic_write
 
 from .baselines import linear_probe_cv
 from .data import FewShotSet, add_data_argument, load_set, sample_support
@@ -132,8 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          + " | " + ", ".join(f"{r['default'][1]:g}" for r in cell) + " |")
     text = "\n".join(lines)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "few_class_beta.json").write_text(json.dumps({
+    atomic_write(RESULTS / "few_class_beta.json", json.dumps({
         "command": "python -m benchmarks.few_class_beta " + " ".join(sys.argv[1:] if argv is None else argv),
         "records": records, "table": text}, indent=1))
     return 0

@@ -34,6 +34,7 @@ from threadpoolctl import threadpool_limits
 
 import lfa_index.core.supervised as supervised
 from lfa_index import LFA
+from lfa_index.files import atomic_write
 
 from .cells import cell_supports
 from .data import add_data_argument
@@ -92,8 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = run(args.cells, args.folds, args.seeds, args.data)
     text = table(records, args.folds)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fold_count.json").write_text(json.dumps({
+    atomic_write(RESULTS / "fold_count.json", json.dumps({
         "command": "python -m benchmarks.fold_count " + " ".join(sys.argv[1:] if argv is None else argv),
         "default_folds": supervised.N_FOLDS, "records": records, "table": text}, indent=1))
     return 0

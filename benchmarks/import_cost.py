@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lfa_index.files import atomic_write
+
 RESULTS = Path(__file__).parent / "results"
 PROBE = (
     "import resource, sys, time\n"
@@ -45,11 +47,10 @@ def main() -> int:
                "runs": runs}
     print(f"{args.label}: import lfa_index {summary['median_seconds']:.2f} s, peak RSS {summary['median_rss_mib']:.0f} "
           f"MiB, heavy modules: {summary['modules']}")
-    RESULTS.mkdir(exist_ok=True)
     path = RESULTS / "import_cost.json"
     previous = json.loads(path.read_text()) if path.exists() else {}
     previous[args.label] = summary
-    path.write_text(json.dumps(previous, indent=1))
+    atomic_write(path, json.dumps(previous, indent=1))
     return 0
 
 

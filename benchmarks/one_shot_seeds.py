@@ -26,6 +26,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
+from lfa_index.files import atomic_write
 
 from .data import CLIP_SETS, SET_NAMES, add_data_argument, load_set, sample_support
 
@@ -67,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(lines[-1], flush=True)
     text = "\n".join(lines)
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "one_shot_seeds.json").write_text(json.dumps({
+    atomic_write(RESULTS / "one_shot_seeds.json", json.dumps({
         "command": "python -m benchmarks.one_shot_seeds " + " ".join(argv or []), "sets": args.sets,
         "support_seed": args.support_seed, "seeds": args.seeds, "clip_sets": [s for s in args.sets if s in CLIP_SETS],
         "results": out, "table": text}, indent=1))

@@ -36,6 +36,7 @@ from sklearn.metrics import roc_auc_score
 from benchmarks.data import CLIP_SETS, add_data_argument, load_set, sample_support
 from lfa_index import LFA, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
+from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -135,7 +136,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows)
     stem = "openset_quick" if args.quick else "openset_paper" if args.paper else "openset"
     out = args.out or RESULTS / f"{stem}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "command": "python -m benchmarks.openset " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
         "protocol": "half of the classes seen (random per seed); score = best aligned cosine; "
@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": options,
         "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__},
     }
-    out.write_text(json.dumps({"meta": meta, "summary": rows, "records": records}, indent=1))
+    atomic_write(out, json.dumps({"meta": meta, "summary": rows, "records": records}, indent=1))
     print(f"\nwrote {out}")
     return 0
 

@@ -35,6 +35,7 @@ from benchmarks.speed import synthetic
 from lfa_index.core.beta import select_beta
 from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import refine
+from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -144,11 +145,10 @@ def main() -> None:
     print(f"{'public-code work, no eval':32} {beta_cv:>14.2f} {per200['reference_refine_no_eval']:>12.2f} "
           f"{ref_no_eval:>8.2f}")
     print(f"speed-up: {ref / ours:.1f}x (as published), {ref_no_eval / ours:.1f}x (without its per-step evaluation)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"reference_loop_{device.type}.json"
-    out.write_text(json.dumps({"args": vars(args), "seconds_per_200_steps": per200,
-                               "speedup": ref / ours, "speedup_without_eval": ref_no_eval / ours,
-                               "threads": torch.get_num_threads()}, indent=2))
+    atomic_write(out, json.dumps({"args": vars(args), "seconds_per_200_steps": per200,
+                                  "speedup": ref / ours, "speedup_without_eval": ref_no_eval / ours,
+                                  "threads": torch.get_num_threads()}, indent=2))
     print(f"wrote {out}")
 
 

@@ -46,6 +46,7 @@ import torch
 
 from benchmarks.search import fit_index, recall_at, synthetic_task
 from lfa_index.distributed import ClassifyBatch, classify_parquet
+from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 ROWS_PER_FILE = 250_000
@@ -146,7 +147,7 @@ def write_table(data_dir: Path, args: argparse.Namespace) -> tuple[Path, Path]:
             "embedding": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float32()), args.dim),
         })
         pq.write_table(table, source / f"part-{part:05d}.parquet", row_group_size=65536)
-    manifest.write_text(json.dumps(params))
+    atomic_write(manifest, json.dumps(params))
     size = sum(f.stat().st_size for f in source.iterdir())
     print(f"wrote {args.rows:,} rows ({size / 2**30:.2f} GiB) in {time.perf_counter() - started:.0f} s", flush=True)
     return source, index_path
@@ -363,10 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         section["meta"] = meta
     print_report(report)
     out = args.out or RESULTS / f"scale{'_quick' if args.quick else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # a run of some sections keeps the others from earlier runs
         report = {**json.loads(out.read_text()), **report}
-    out.write_text(json.dumps(report, indent=1))
+    atomic_write(out, json.dumps(report, indent=1))
     print(f"\nwrote {out}")
     return 0
 

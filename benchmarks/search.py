@@ -39,6 +39,7 @@ import torch
 
 from lfa_index import LFA, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
+from lfa_index.files import atomic_write
 from lfa_index.index import check_query_matrix, faiss_gpu_available
 
 RESULTS = Path(__file__).parent / "results"
@@ -388,11 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(report)
     suffix = "_quick" if args.quick else ("" if args.device == "cpu" else f"_{args.device}")
     out = args.out or RESULTS / f"search{suffix}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():
         # a run of some sections updates those and keeps the others from earlier runs
         report = {**json.loads(out.read_text()), **report}
-    out.write_text(json.dumps(report, indent=1))
+    atomic_write(out, json.dumps(report, indent=1))
     print(f"\nwrote {out}")
     return 0
 

@@ -26,6 +26,7 @@ from lfa_index.core.beta import select_beta
 from lfa_index.core.config import RefineConfig
 from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import refine
+from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -132,8 +133,7 @@ def main() -> None:
         cpu_threads=torch.get_num_threads(), torch=torch.__version__,
     )
     out = Path(args.out) if args.out else RESULTS / f"speed_{device.type}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    atomic_write(out, json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"wrote {out}")
 
 

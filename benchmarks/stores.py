@@ -40,6 +40,7 @@ import torch
 
 from benchmarks.search import fit_index, recall_at, synthetic_task
 from lfa_index import AlignedIndex
+from lfa_index.files import atomic_write
 from lfa_index.stores import (
     ChromaStore,
     FaissStore,
@@ -166,8 +167,7 @@ def print_report(report: dict[str, Any]) -> None:
 
 def write_report(report: dict[str, Any], out: Path) -> None:
     """Write ``report`` as JSON to ``out``, making its folder, and say so."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
+    atomic_write(out, json.dumps(report, indent=1))
     print(f"\nwrote {out}")
 
 

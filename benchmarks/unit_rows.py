@@ -16,7 +16,7 @@ Usage
 -----
     .venv/bin/python -m benchmarks.unit_rows                                   # all cells, 10 seeds
     .venv/bin/python -m benchmarks.unit_rows --cells dtd:4 --seeds 3 --name unit_rows_dtd
-    .venv/bin/python -m benchmarks.unit_rows --merge unit_rows_a unit_rows_b   # join parallel parts
+    .venv/bin/python -m benchmarks.unit_rows --merge unit_rows_a unit_rows_b --name unit_rows  # join parallel parts
 
 Prints a table and writes ``benchmarks/results/<name>.json`` (default ``unit_rows``).
 """

@@ -159,9 +159,36 @@ def test_results_of_disjoint_runs_merge_into_one_table_and_overlaps_are_refused(
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert len(merged["records"]) == 9 and set(merged["summary"]) == {"dtd", "caltech101", "ag_news"}
     assert merged["meta"]["merged_from"] == ["a.json", "b.json"]
+    assert merged["meta"]["command"].endswith("--merge a b --name merged")  # the recorded command reproduces it
     assert "caltech101" in (tmp_path / "merged.md").read_text()
     with pytest.raises(SystemExit, match="share"):
         accuracy.main(["--merge", "a", "a", "--out-dir", str(tmp_path), "--name", "twice"])
+    # a merge must name its output: by default it would overwrite accuracy.json, the three-seed results
+    with pytest.raises(SystemExit):
+        accuracy.main(["--merge", "a", "b", "--out-dir", str(tmp_path)])
+    assert not (tmp_path / "accuracy.json").exists()
+
+
+def test_cell_benchmark_merges_parts_under_the_name_given_and_refuses_an_unnamed_merge(tmp_path, monkeypatch):
+    from benchmarks import cells
+
+    monkeypatch.setattr(cells, "RESULTS", tmp_path)
+    for stem, seed in (("p1", 1), ("p2", 2)):
+        (tmp_path / f"{stem}.json").write_text(json.dumps({"command": f"run {stem}", "records": [{"seed": seed}]}))
+
+    def table(records):
+        return f"{len(records)} records"
+
+    def run(cells_, seeds, root):
+        raise AssertionError("a merge runs nothing")
+
+    with pytest.raises(SystemExit):
+        cells.cell_benchmark("benchmarks.x", "x", "x_default", run, table, ["--merge", "p1", "p2"])
+    assert not (tmp_path / "x_default.json").exists()
+    cells.cell_benchmark("benchmarks.x", "x", "x_default", run, table, ["--merge", "p1", "p2", "--name", "both"])
+    merged = json.loads((tmp_path / "both.json").read_text())
+    assert merged["records"] == [{"seed": 1}, {"seed": 2}] and merged["table"] == "2 records"
+    assert merged["command"] == "run p1 ; run p2 ; python -m benchmarks.x --merge p1 p2 --name both"
 
 
 def test_the_gap_to_the_best_baseline_carries_the_standard_error_of_its_per_seed_differences():
