@@ -42,6 +42,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
+from lfa_index.core.config import BLEND_SHARE_OUTVOTED
 from lfa_index.files import atomic_write
 
 from .baselines import (
@@ -176,7 +177,7 @@ def _run_method(name: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any
             "summary": model.summary_,
             "selection": None if model.selection_ is None else {
                 k: model.selection_.get(k) for k in ("how", "folds", "rows", "horizon", "accuracy", "reference",
-                                                     "chosen_accuracy", "candidates")},
+                                                     "chosen_accuracy", "blend_share", "candidates")},
         }
         return model.predict(task.X_eval), extras
     if name == "beta_procrustes":
@@ -244,12 +245,12 @@ def lfa_choices(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[s
         if r["method"] not in LFA_METHODS:
             continue
         cell = out.setdefault(r["method"], {}).setdefault(r["set"], {}).setdefault(
-            str(r["shots"]), {k: [] for k in keys + ("folds", "rows", "accuracy", "reference")})
+            str(r["shots"]), {k: [] for k in keys + ("folds", "rows", "accuracy", "reference", "blend_share")})
         for k in keys:
             cell[k].append(round(r[k], 2) if k in ("fit_seconds", "discriminant_weight") and r.get(k) is not None
                            else r.get(k))
         selection = r.get("selection") or {}
-        for k in ("folds", "rows", "accuracy", "reference"):
+        for k in ("folds", "rows", "accuracy", "reference", "blend_share"):
             cell[k].append(selection.get(k))
     return out
 
@@ -391,7 +392,7 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     choices = lfa_choices(records).get("lfa", {})
     if choices:
         lines += ["## What the default chose (per seed)", "",
-                  "| Set | Shots | β (how) | steps | λ (mix) | discriminant weight | map | "
+                  "| Set | Shots | β (how) | steps | λ (mix) | discriminant weight (↓ lowered share) | map | "
                   "held-out: served / paper's classifier (rows) | fit (s) |", "|---|---:|---|---|---|---|---|---|---|"]
         fmt = lambda xs: ", ".join(str(x) for x in xs)  # noqa: E731
         for s in sets:
@@ -401,7 +402,9 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                     continue
                 betas = ", ".join(f"{b:g} ({h})" for b, h in zip(c["beta"], c["beta_selection"]))
                 held = ", ".join(_held_out(a, r, n) for a, r, n in zip(c["accuracy"], c["reference"], c["rows"]))
-                weights = fmt("–" if w is None else w for w in c.get("discriminant_weight", []))
+                shares = c.get("blend_share") or [None] * len(c["seed"])
+                weights = fmt("–" if w is None else f"{w}{'↓' if share == BLEND_SHARE_OUTVOTED else ''}"
+                              for w, share in zip(c.get("discriminant_weight", []), shares))
                 lines.append(f"| {s} | {shots} | {betas} | {fmt(c['steps'])} | {fmt(c['prototype_mix'])} | {weights} | "
                              f"{fmt(c['mapping'])} | {held} | {fmt(c['fit_seconds'])} |")
         lines.append("")

@@ -9,9 +9,10 @@ discriminant from the fitted map and scores the eval rows with
 
     (1 − ω)·S_chosen/σ_chosen + ω·S_discriminant/σ_discriminant,   ω ∈ {0, ¼, ½, ¾, 1},
 
-ω = 0 being the classifier served before the average and ω = ½ the default (checked against the
-fitted model's own predictions). The "raw GDA" column uses GDA on the input rows (the benchmark
-baseline, before any map) as the partner at ω = ½ instead.
+ω = 0 being the classifier served before the average. The default serves ω = ½, or ω = ¼ when its
+held-out rows show the discriminant alone significantly worse than the chosen hybrid (the
+"served" column, checked against the fitted model's own predictions). The "raw GDA" column uses
+GDA on the input rows (the benchmark baseline, before any map) as the partner at ω = ½ instead.
 
 Usage
 -----
@@ -81,6 +82,7 @@ def run(cells: Sequence[str], seeds: int, root: Any) -> list[dict[str, Any]]:
         model = LFA(random_state=rec["seed"]).fit(X, y, data.prototypes)
         rec["default"] = 100 * model.score(data.eval_features, data.eval_labels)
         rec["mix"], rec["kind"], rec["weight"] = model.prototype_mix_, model.support_kind_, model.discriminant_weight_
+        rec["share"] = (model.selection_ or {}).get("blend_share")
         rec.update(blend_accuracies(model, X, y, data.eval_features, data.eval_labels))
         records.append(rec)
         print(json.dumps(rec), flush=True)
@@ -89,9 +91,10 @@ def run(cells: Sequence[str], seeds: int, root: Any) -> list[dict[str, Any]]:
 
 def table(records: Sequence[dict[str, Any]]) -> str:
     """Per cell: change of each weight against the best reference baseline (mean ± paired s.e.)."""
-    columns = [f"w{w:g}" for w in WEIGHTS] + ["raw_gda"]
-    header = " | ".join(f"ω = {c[1:]}" if c.startswith("w") else "raw GDA, ω = ½" for c in columns)
-    lines = [f"| Set | Shots | Seeds | best baseline | {header} | served = ω ½ |",
+    columns = [f"w{w:g}" for w in WEIGHTS] + ["raw_gda", "default"]
+    names = {"raw_gda": "raw GDA, ω = ½", "default": "served (ω ½, or ¼ when outvoted)"}
+    header = " | ".join(f"ω = {c[1:]}" if c.startswith("w") else names[c] for c in columns)
+    lines = [f"| Set | Shots | Seeds | best baseline | {header} | served reproduced |",
              "|---|---:|---:|---:|" + "---:|" * (len(columns) + 1)]
     totals = dict.fromkeys(columns, 0.0)
     for key in dict.fromkeys((r["set"], r["shots"]) for r in records):
@@ -103,7 +106,7 @@ def table(records: Sequence[dict[str, Any]]) -> str:
             se = change.std(ddof=1) / np.sqrt(len(change)) if len(change) > 1 else float("nan")
             totals[c] += change.mean()
             parts.append(f"{change.mean():+.2f} ± {se:.2f}")
-        same = all(abs(r["default"] - r[f"w{SERVED:g}"]) < 1e-9 for r in cell)
+        same = all(abs(r["default"] - r[f"w{r.get('share', SERVED) or 0:g}"]) < 1e-9 for r in cell)
         lines.append(f"| {key[0]} | {key[1]} | {len(cell)} | {best.mean():.2f} | " + " | ".join(parts)
                      + f" | {'yes' if same else 'NO'} |")
     lines.append("| **sum over cells** | | | | " + " | ".join(f"{totals[c]:+.2f}" for c in columns) + " | |")

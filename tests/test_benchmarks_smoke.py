@@ -232,13 +232,13 @@ def test_the_unit_row_variant_fits_the_discriminant_on_unit_rows_and_restores_th
     assert unit_rows.unit_row_accuracy(model, X_eval, y_eval) == pytest.approx(100 * model.score(X_eval, y_eval))
 
 
-def test_the_blend_benchmark_reproduces_the_served_default_at_equal_weight():
+def test_the_blend_benchmark_reproduces_the_served_default_at_its_share():
     from benchmarks import discriminant_blend
 
     X, y, X_eval, y_eval, protos = planted_problem(shots=4)
     model = LFA(steps=10, random_state=0).fit(X, y, protos)
     assert model.discriminant_weight_ is not None
     out = discriminant_blend.blend_accuracies(model, X, y, X_eval, y_eval)
-    assert out["w0.5"] == pytest.approx(100 * model.score(X_eval, y_eval))
+    assert out[f"w{model.selection_['blend_share']:g}"] == pytest.approx(100 * model.score(X_eval, y_eval))
     assert set(out) == {f"w{w:g}" for w in discriminant_blend.WEIGHTS} | {"raw_gda"}
     assert all(0 <= v <= 100 for v in out.values())

@@ -121,6 +121,28 @@ def test_the_blend_ranks_as_the_equal_weight_average_of_the_standardised_scores(
     torch.testing.assert_close(b, (1 - w) * chosen[1] + w * disc[1])
 
 
+@pytest.mark.parametrize("share", [0.25, 0.75])
+def test_the_blend_weighs_the_standardised_discriminant_by_its_share(share):
+    z, y, _ = rows(seed=3)
+    queries, _, _ = rows(seed=4, shots=20)
+    text = torch.nn.functional.normalize(torch.randn(6, z.shape[1], dtype=torch.float64,
+                                                     generator=torch.Generator().manual_seed(1)), dim=1)
+    support = support_prototypes(z, y, 6, "discriminant")
+    chosen, disc = hybrid_prototypes(text, *support, 0.0), hybrid_prototypes(text, *support, 1.0)
+    q, b, w = blend_with_discriminant(z, (chosen[0], None), disc, share)
+
+    def standardised(classifier):
+        on_support = class_scores(z, *classifier)
+        return class_scores(queries, *classifier) / (on_support - on_support.mean(1, keepdim=True)).std()
+
+    weighted = (1 - share) * standardised((chosen[0], None)) + share * standardised(disc)
+    blended = class_scores(queries, q, b)
+    factor = float((blended * weighted).sum() / (weighted * weighted).sum())
+    torch.testing.assert_close(blended, factor * weighted)
+    _, _, half = blend_with_discriminant(z, (chosen[0], None), disc)
+    assert (w < half) == (share < 0.5)  # a smaller share, a smaller weight on the discriminant
+
+
 def test_the_blend_of_the_discriminant_with_itself_or_of_a_flat_classifier_changes_nothing():
     z, y, _ = rows(seed=5)
     disc = hybrid_prototypes(torch.zeros(6, z.shape[1], dtype=torch.float64), *support_prototypes(z, y, 6), 1.0)

@@ -207,6 +207,35 @@ def test_an_option_needs_a_significant_paired_gain_over_the_plain_classifier():
     assert choose(_evidence(grid), PLAIN).chosen.mapping == "average"
 
 
+def test_the_discriminant_keeps_half_the_served_average_unless_held_out_rows_show_it_significantly_worse():
+    rng = np.random.default_rng(2)
+    base = rng.random(300) < 0.6
+
+    def evidence(alone_hits: np.ndarray) -> Evidence:
+        grid = _grid(base)
+        for s in (0, 50, 100):  # the discriminant alone (λ = 1) at every step count
+            grid[Candidate(PLAIN, s, "task", 1.0)] = alone_hits
+        ev = _evidence(grid)
+        # as served, per share: ½ gets every row right, ¼ none, so the reported figure shows which one
+        ev.served_hits = {selection.BLEND_SHARE: np.ones_like(ev.hits), selection.BLEND_SHARE_OUTVOTED: 0 * ev.hits}
+        ev.served_scores = {selection.BLEND_SHARE: np.ones(ev.hits.shape, np.float32),
+                            selection.BLEND_SHARE_OUTVOTED: np.zeros(ev.hits.shape, np.float32)}
+        return ev
+
+    slightly = base.copy()
+    slightly[np.flatnonzero(base)[:4]] = False  # 4 rows fewer: noise
+    near = choose(evidence(slightly), PLAIN)
+    assert near.chosen.mix < 1.0 and near.blend_share == selection.BLEND_SHARE
+    assert near.accuracy == 1.0 and near.heldout_scores.min() == 1.0 and near.chosen_accuracy == pytest.approx(0.6,
+                                                                                                            abs=0.06)
+    clearly = base.copy()
+    clearly[np.flatnonzero(base)[:40]] = False  # 40 rows fewer, none gained: significantly worse
+    far = choose(evidence(clearly), PLAIN)
+    assert far.blend_share == selection.BLEND_SHARE_OUTVOTED and far.accuracy == 0.0
+    assert far.as_dict()["blend_share"] == selection.BLEND_SHARE_OUTVOTED
+    assert choose(_evidence(_grid(base)), PLAIN).blend_share is None  # nothing served averaged: no share
+
+
 def test_the_choice_is_stable_across_random_states_on_a_clear_problem():
     x, y, text, _, _ = twin_prototype_problem(seed=3)
     chosen = {(lfa.prototype_mix_, lfa.mapping_) for lfa in (LFA(random_state=s).fit(x, y, text) for s in range(3))}
@@ -324,9 +353,11 @@ def test_the_default_serves_its_held_out_choice_averaged_with_the_discriminant_a
     assert auto.selection_["chosen_accuracy"] is not None
     assert "averaged with the discriminant" in auto.summary_ and "as served" in auto.summary_
     assert len(auto.heldout_scores_) == len(y)
-    # a warm start keeps serving the average
+    # a warm start keeps serving the average, at the share chosen before
+    share = auto.selection_["blend_share"]
+    assert share in (selection.BLEND_SHARE, selection.BLEND_SHARE_OUTVOTED)
     auto.set_params(warm_start=True).fit(x, y, text)
-    assert auto.discriminant_weight_ is not None
+    assert auto.discriminant_weight_ is not None and auto.selection_["blend_share"] == share
 
 
 def test_the_paper_a_fixed_mix_and_one_shot_fits_serve_their_classifier_as_it_is():

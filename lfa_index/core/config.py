@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 MIX_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Prototype mixes λ the default chooses from (0: the paper's text prototypes)."""
+BLEND_SHARE = 0.5
+"""The discriminant's share of the default's served average (of standardised scores)."""
+BLEND_SHARE_OUTVOTED = 0.25
+"""... when the held-out rows show the discriminant alone significantly worse than the chosen
+candidate (see :mod:`~lfa_index.core.selection`)."""
 CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
 """Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
 SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")

@@ -27,7 +27,7 @@ from ..errors import (
     InvalidParameterError,
     MissingExtraError,
 )
-from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
+from .config import BLEND_SHARE_OUTVOTED, CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin
 from .targets import encode_targets
@@ -62,7 +62,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
         rows (at 1 shot, where nothing can be held out: ¼, or 0 where zero-shot is kept), and
-        serves it averaged with the discriminant alone (equal weight on standardised scores,
+        serves it averaged with the discriminant alone (equal weight on standardised scores, a
+        quarter when the held-out rows show the discriminant significantly worse;
         ``discriminant_weight_``) as a hedge against held-out noise.
     support_prototypes : {"auto", "discriminant", "mean"}, default="auto"
         The support side of the mix: the class's linear discriminant in the aligned space (class
@@ -424,7 +425,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         alone = self.prototype_mix_ == 1 and self.support_kind_ == "discriminant"  # averaged with itself
         if getattr(self, "discriminant_weight_", None) and not alone:
             options = options or ["λ=0"]
-            options.append(f"averaged with the discriminant (weight {self.discriminant_weight_:.2f})")
+            lowered = (self.selection_ or {}).get("blend_share") == BLEND_SHARE_OUTVOTED
+            why = ", lowered: it was significantly worse on held-out rows" if lowered else ""
+            options.append(f"averaged with the discriminant (weight {self.discriminant_weight_:.2f}{why})")
         options += ["average map"] if self.mapping_ == "average" else []
         options += ["centred"] if self.center_ else []
         options += ["trained prototypes"] if self.refine_prototypes_ else []

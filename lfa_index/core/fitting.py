@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .beta import identity_is_informative
-from .selection import Candidate, Variant
+from .selection import BLEND_SHARE, Candidate, Variant
 from .supervised import Asked, Warm
 from .supervised import fit_supervised as solve_supervised
 from .unsupervised import fit_unsupervised as solve_unsupervised
@@ -30,6 +30,13 @@ def _task_map(lfa: Any) -> np.ndarray:
     return 2 * np.asarray(lfa.W_avg_) - np.asarray(lfa.W_ema_)
 
 
+def _blend_share(lfa: Any) -> float | None:
+    """The discriminant's share in ``lfa``'s served average (½ for indexes saved before it was recorded)."""
+    if getattr(lfa, "discriminant_weight_", None) is None:
+        return None
+    return float((lfa.selection_ or {}).get("blend_share") or BLEND_SHARE)
+
+
 def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, *, seed: int,
                    generator: torch.Generator, coin: torch.Generator, warm: bool, progress: Any) -> dict[str, Any]:
     """The fitted attributes of a supervised fit of ``lfa`` (its parameters; its state when ``warm``)."""
@@ -43,7 +50,7 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
             mean=torch.as_tensor(lfa.feature_mean_, device=x.device), beta=float(lfa.beta_), steps=int(lfa.steps_),
             candidate=Candidate(Variant(bool(lfa.center_), bool(lfa.refine_prototypes_)), int(lfa.steps_),
                                 lfa.mapping_, float(lfa.prototype_mix_), lfa.support_kind_ or "discriminant"),
-            blend=getattr(lfa, "discriminant_weight_", None) is not None,
+            blend_share=_blend_share(lfa),
         )
         asked = Asked(**{**asked.__dict__, "centers": (bool(lfa.center_),)})
     fit = solve_supervised(x, labels, protos, asked=asked, config=lfa.refine_config(),

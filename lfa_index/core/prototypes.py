@@ -15,7 +15,8 @@ The classifier stays a nearest-vector search: ``[z, 1]·[q_c, b_c]``.
 
 :func:`blend_with_discriminant` averages a chosen hybrid with the discriminant alone (λ = 1), each
 classifier's scores standardised on the support rows: the default serves that average, a hedge
-against a λ picked by the noise of a few hundred held-out rows.
+against a λ picked by the noise of a few hundred held-out rows (see
+:mod:`~lfa_index.core.selection` for the discriminant's share).
 """
 
 from __future__ import annotations
@@ -109,21 +110,23 @@ def score_spread(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Ten
 
 
 def blend_with_discriminant(
-    z: torch.Tensor, chosen: tuple[torch.Tensor, torch.Tensor | None], discriminant: tuple[torch.Tensor, torch.Tensor]
+    z: torch.Tensor, chosen: tuple[torch.Tensor, torch.Tensor | None], discriminant: tuple[torch.Tensor, torch.Tensor],
+    share: float = 0.5,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """The equal-weight average of two classifiers' standardised scores, as one ``(q, b)``.
+    """The weighted average of two classifiers' standardised scores, as one ``(q, b)``.
 
     ``chosen`` and ``discriminant`` are ``(q, b)`` pairs (``b`` None: no bias) scoring the rows
-    ``z`` (n, d) as ``z qᵀ + b``; each score is divided by its :func:`score_spread` on ``z`` and
-    the two are averaged. Rescaled to sum to one, that is ``w·discriminant + (1 − w)·chosen``
-    with ``w = σ_chosen / (σ_chosen + σ_discriminant)``. Returns ``(q, b, w)``.
+    ``z`` (n, d) as ``z qᵀ + b``; each score is divided by its :func:`score_spread` on ``z``, and
+    the discriminant's standardised scores get weight ``share`` (ω; ½ is the plain average).
+    Rescaled to sum to one, that is ``w·discriminant + (1 − w)·chosen`` with
+    ``w = ω σ_chosen / (ω σ_chosen + (1 − ω) σ_discriminant)``. Returns ``(q, b, w)``.
     """
     q, b = chosen
     s, t = discriminant
     spread_q, spread_s = float(score_spread(z, q, b)), float(score_spread(z, s, t))
     if not (spread_q > 0 and spread_s > 0):  # a classifier that ranks nothing: keep the chosen one
         return q, (torch.zeros_like(t) if b is None else b), 0.0
-    w = spread_q / (spread_q + spread_s)
+    w = share * spread_q / (share * spread_q + (1 - share) * spread_s)
     bias = w * t if b is None else (1 - w) * b + w * t
     return (1 - w) * q + w * s, bias.to(q.dtype), w
 

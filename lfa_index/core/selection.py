@@ -18,12 +18,16 @@ changes the classifier (the average map, a variant) must also beat the plain can
 steps and λ in a paired sign test on the held-out rows, or it stays off.
 
 **The served classifier** (``blend=True``, the default's "auto" mix). The chosen candidate is
-served as the equal-weight average of its standardised scores and those of the discriminant
-alone (:func:`~lfa_index.core.prototypes.blend_with_discriminant`): a hedge against a λ that
-the noise of a few hundred held-out rows picked. The choice is made on the candidates as they
-are (choosing among the averages would expose the hedge to the noise it hedges against); the
-held-out accuracy and scores reported for the chosen one are those of the average, i.e. of what
-is served.
+served as the average of its standardised scores and those of the discriminant alone
+(:func:`~lfa_index.core.prototypes.blend_with_discriminant`): a hedge against a λ that the noise
+of a few hundred held-out rows picked. The discriminant's share is ½ (:data:`BLEND_SHARE`),
+or ¼ (:data:`BLEND_SHARE_OUTVOTED`) when the held-out rows show the discriminant alone
+significantly worse than the choice (the paired sign test of the options, same steps and map):
+that evidence lowers the hedge without removing it, because the fold models see only
+``(K−1)/K`` of the rows and the discriminant gains more from the rest than the text prototypes
+do. The choice is made on the candidates as they are (choosing among the averages would expose
+the hedge to the noise it hedges against); the held-out accuracy and scores reported for the
+chosen one are those of the average, i.e. of what is served.
 
 **Bounds.** The horizon is at most :data:`HORIZON` steps and at most one step per support row
 (a small support over-fits long runs). With ``C ≤ k + 1`` classes every other class is among
@@ -48,7 +52,7 @@ import torch.nn.functional as F
 from sklearn.model_selection import StratifiedKFold
 
 from .beta import significantly_better
-from .config import MIX_GRID, RefineConfig  # noqa: F401
+from .config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import blend_with_discriminant, class_scores, hybrid_prototypes, support_prototypes
@@ -70,6 +74,7 @@ ONE_SHOT_STEPS = 100
 # fixed weight (shrinkage towards the text prototype; a held-out choice is impossible with one row
 # per class).
 ONE_SHOT_MIX = 0.25
+BLEND_SHARES: tuple[float, ...] = (BLEND_SHARE, BLEND_SHARE_OUTVOTED)
 
 
 @dataclass(frozen=True)
@@ -113,8 +118,10 @@ class Evidence:
     horizon: int
     checkpoints: tuple[int, ...]
     repeats: int = 1
-    best_scores: np.ndarray | None = None  # (n_candidates, n_rows) held-out score of each row's best class, as served
-    served_hits: np.ndarray | None = None  # (n_candidates, n_rows) hits as served (blended), when that differs
+    best_scores: np.ndarray | None = None  # (n_candidates, n_rows) held-out score of each row's best class
+    # with a blend, per discriminant share (BLEND_SHARES): hits and best scores as served
+    served_hits: dict[float, np.ndarray] | None = None  # share -> (n_candidates, n_rows)
+    served_scores: dict[float, np.ndarray] | None = None  # share -> (n_candidates, n_rows)
 
     @staticmethod
     def mean(repeats: Sequence["Evidence"]) -> "Evidence":
@@ -124,8 +131,14 @@ class Evidence:
         def average(name: str) -> np.ndarray | None:
             return None if getattr(first, name) is None else np.mean([getattr(e, name) for e in repeats], axis=0)
 
+        def average_shares(name: str) -> dict[float, np.ndarray] | None:
+            table = getattr(first, name)
+            return None if table is None else {
+                share: np.mean([getattr(e, name)[share] for e in repeats], axis=0) for share in table}
+
         return Evidence(first.candidates, average("hits"), first.folds, first.horizon, first.checkpoints,
-                        len(repeats), average("best_scores"), average("served_hits"))
+                        len(repeats), average("best_scores"), average_shares("served_hits"),
+                        average_shares("served_scores"))
 
 
 @dataclass
@@ -133,7 +146,7 @@ class Selection:
     """What :func:`choose` picked and the held-out evidence behind it (JSON-ready via :meth:`as_dict`)."""
 
     chosen: Candidate
-    how: str  # "held-out", "one-shot", "fixed" or "no-refinement"
+    how: str  # "held-out", "one-shot", "fixed", "no-refinement" or "warm-start"
     horizon: int
     folds: int = 0
     rows: int = 0
@@ -142,6 +155,7 @@ class Selection:
     scores: dict[Candidate, float] = field(default_factory=dict)
     heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score, chosen candidate as served
     chosen_accuracy: float | None = None  # held-out accuracy of the chosen candidate before the blend, if blended
+    blend_share: float | None = None  # the discriminant's share of the served average (None: no blend)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,7 +163,7 @@ class Selection:
             "kind": self.chosen.kind, **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon,
             "folds": self.folds,
             "rows": self.rows, "accuracy": self.accuracy, "reference": self.reference,
-            "chosen_accuracy": self.chosen_accuracy,
+            "chosen_accuracy": self.chosen_accuracy, "blend_share": self.blend_share,
             "candidates": [[c.steps, c.mapping, c.mix, c.kind, c.variant.center, c.variant.refine_prototypes,
                             round(a, 4)] for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
         }
@@ -207,16 +221,18 @@ def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.
 
 
 def served_classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
-                      support_kind: str, *, blend: bool) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
-    """:func:`classifier`, then (``blend``) its average with the discriminant alone.
+                      support_kind: str, *, share: float | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
+    """:func:`classifier`, then (``share`` not None) its average with the discriminant alone.
 
-    Returns ``(q, b, w)``: ``w`` is the discriminant's weight in the average (None without ``blend``).
+    ``share`` is the discriminant's share of the standardised scores. Returns ``(q, b, w)``:
+    ``w`` is the discriminant's weight in the average (None without one).
     """
     vectors, bias = classifier(aligned_support, labels, base, mix, support_kind)
-    if not blend:
+    if share is None:
         return vectors, bias, None
     discriminant = classifier(aligned_support, labels, base, 1.0, "discriminant")
-    return blend_with_discriminant(aligned_support, (vectors, bias), discriminant)
+    return blend_with_discriminant(aligned_support, (vectors, bias), discriminant, share)
 
 
 def cross_fitted_evidence(
@@ -238,8 +254,8 @@ def cross_fitted_evidence(
     """Hits of every (variant, steps, map, λ) candidate on every support row, held out once.
 
     ``folds`` are (train, held-out) row indices from :func:`support_folds`. With ``blend`` each
-    candidate is also scored as served (:func:`served_classifier`): ``served_hits`` and
-    ``best_scores`` then describe the blended classifier.
+    candidate is also scored as served (:func:`served_classifier`) at every discriminant share of
+    :data:`BLEND_SHARES`: ``served_hits`` and ``served_scores``.
     """
     y = labels.cpu().numpy()
     device = labels.device
@@ -248,7 +264,9 @@ def cross_fitted_evidence(
     slot = {c: i for i, c in enumerate(candidates)}
     hits = np.zeros((len(candidates), len(y)), dtype=bool)
     best_scores = np.zeros((len(candidates), len(y)), dtype=np.float32)
-    served_hits = np.zeros((len(candidates), len(y)), dtype=bool) if blend else None
+    shares = BLEND_SHARES if blend else ()
+    served_hits = {share: np.zeros((len(candidates), len(y)), dtype=bool) for share in shares}
+    served_scores = {share: np.zeros((len(candidates), len(y)), dtype=np.float32) for share in shares}
     marks = set(checkpoints)
     for v_index, (variant, source) in enumerate(rows.items()):
         for f, (train_idx, val_idx) in enumerate(folds):
@@ -275,15 +293,16 @@ def cross_fitted_evidence(
                         for kind in kinds:
                             for mix in mixes:
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
-                                vectors, bias = classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
-                                best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                                hybrid = classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
+                                best, predicted = class_scores(aligned_val, *hybrid).max(dim=1)
                                 hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
-                                if blend:
-                                    vectors, bias, _ = blend_with_discriminant(aligned_train, (vectors, bias),
-                                                                               discriminant)
-                                    best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
-                                    served_hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
                                 best_scores[row, val_idx] = (best / norms).cpu().numpy()
+                                for share in shares:
+                                    vectors, bias, _ = blend_with_discriminant(aligned_train, hybrid, discriminant,
+                                                                               share)
+                                    best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                                    served_hits[share][row, val_idx] = predicted.eq(y_val).cpu().numpy()
+                                    served_scores[share][row, val_idx] = (best / norms).cpu().numpy()
 
             if 0 in marks:
                 score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
@@ -298,7 +317,7 @@ def cross_fitted_evidence(
                        config=config, train_prototypes=variant.refine_prototypes, progress=progress,
                        callback=at_checkpoint)
     return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
-                    served_hits=served_hits)
+                    served_hits=served_hits if blend else None, served_scores=served_scores if blend else None)
 
 
 def _preference(c: Candidate) -> tuple:
@@ -342,13 +361,26 @@ def choose(evidence: Evidence, plain: Variant, plain_mapping: str = "task") -> S
     n_rows = evidence.hits.shape[1]
     paper_like = best([c for c in plain_pool if c.mix == 0.0]) if 0.0 in mixes else None
     scores = {c: float(totals[where[c]] / n_rows) for c in evidence.candidates}
-    served = None if evidence.served_hits is None else float(evidence.served_hits[where[chosen]].mean())
+    reference = None if paper_like is None else scores[paper_like]
+    if evidence.served_hits is None:
+        return Selection(chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen], reference,
+                         scores, None if evidence.best_scores is None else evidence.best_scores[where[chosen]])
+    share = discriminant_share(evidence, chosen, where)
     return Selection(
-        chosen, "held-out", evidence.horizon, evidence.folds, n_rows, scores[chosen] if served is None else served,
-        None if paper_like is None else scores[paper_like], scores,
-        None if evidence.best_scores is None else evidence.best_scores[where[chosen]],
-        None if served is None else scores[chosen],
+        chosen, "held-out", evidence.horizon, evidence.folds, n_rows,
+        float(evidence.served_hits[share][where[chosen]].mean()), reference, scores,
+        evidence.served_scores[share][where[chosen]], scores[chosen], share,
     )
+
+
+def discriminant_share(evidence: Evidence, chosen: Candidate, where: dict[Candidate, int]) -> float:
+    """The discriminant's share of the served average: :data:`BLEND_SHARE_OUTVOTED` when the
+    held-out rows show the discriminant alone (same variant, steps and map) significantly worse
+    than ``chosen``, else :data:`BLEND_SHARE`."""
+    alone = Candidate(chosen.variant, chosen.steps, chosen.mapping, 1.0, "discriminant")
+    if alone in where and significantly_better(evidence.hits[where[chosen]], evidence.hits[where[alone]]):
+        return BLEND_SHARE_OUTVOTED
+    return BLEND_SHARE
 
 
 def _longest_as_good(evidence: Evidence, chosen: Candidate, where: dict[Candidate, int]) -> Candidate:

@@ -81,7 +81,7 @@ class Warm:
     beta: float
     steps: int
     candidate: Candidate
-    blend: bool = False  # the previous fit served its classifier averaged with the discriminant
+    blend_share: float | None = None  # the discriminant's share in the previous fit's served average (None: none)
 
 
 @dataclass
@@ -173,6 +173,7 @@ def fit_supervised(
     step_trials: list[tuple[int, float, float]] | None = None
     if warm is not None:
         candidate, horizon = warm.candidate, warm.steps
+        selection = Selection(candidate, "warm-start", horizon, blend_share=warm.blend_share)
     elif asked.paper_classifier:
         candidate, horizon, step_trials = _paper_steps(rows[plain.center][0], labels, prototypes, asked, config,
                                                        seed, progress)
@@ -221,10 +222,13 @@ def fit_supervised(
                     train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
-    blend = warm.blend if warm is not None else asked.blend and selection is not None and selection.how in (
-        "held-out", "no-refinement")
+    if warm is not None:
+        share = warm.blend_share
+    else:
+        blended = asked.blend and selection is not None and selection.how in ("held-out", "no-refinement")
+        share = selection.blend_share if blended else None
     vectors, bias, weight = served_classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind,
-                                              blend=blend)
+                                              share=share)
     if bias is None:
         bias = torch.zeros(n_classes, dtype=prototypes.dtype, device=device)
 
