@@ -109,6 +109,14 @@ def score_spread(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Ten
     return (scores - scores.mean(dim=1, keepdim=True)).std()
 
 
+def blend_weight(spread_chosen: float, spread_discriminant: float, share: float) -> float:
+    """The discriminant's weight ``w`` in ``(1 − w)·chosen + w·discriminant`` that gives its
+    standardised scores the share ``share`` (0 when either classifier ranks nothing)."""
+    if not (spread_chosen > 0 and spread_discriminant > 0):
+        return 0.0
+    return share * spread_chosen / (share * spread_chosen + (1 - share) * spread_discriminant)
+
+
 def blend_with_discriminant(
     z: torch.Tensor, chosen: tuple[torch.Tensor, torch.Tensor | None], discriminant: tuple[torch.Tensor, torch.Tensor],
     share: float = 0.5,
@@ -123,10 +131,9 @@ def blend_with_discriminant(
     """
     q, b = chosen
     s, t = discriminant
-    spread_q, spread_s = float(score_spread(z, q, b)), float(score_spread(z, s, t))
-    if not (spread_q > 0 and spread_s > 0):  # a classifier that ranks nothing: keep the chosen one
+    w = blend_weight(float(score_spread(z, q, b)), float(score_spread(z, s, t)), share)
+    if w == 0.0:
         return q, (torch.zeros_like(t) if b is None else b), 0.0
-    w = share * spread_q / (share * spread_q + (1 - share) * spread_s)
     bias = w * t if b is None else (1 - w) * b + w * t
     return (1 - w) * q + w * s, bias.to(q.dtype), w
 

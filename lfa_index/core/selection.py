@@ -55,7 +55,14 @@ from .beta import significantly_better
 from .config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
-from .prototypes import blend_with_discriminant, class_scores, hybrid_prototypes, support_prototypes
+from .prototypes import (
+    blend_weight,
+    blend_with_discriminant,
+    class_scores,
+    hybrid_prototypes,
+    score_spread,
+    support_prototypes,
+)
 from .refine import Progress, refine
 
 HORIZON = 150
@@ -286,21 +293,26 @@ def cross_fitted_evidence(
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
                         supports = {kind: support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
                                     for kind in kinds if any(mix > 0 for mix in mixes)}
-                        discriminant = None
-                        if blend:  # the discriminant alone (λ = 1), the other half of every served classifier
+                        if blend:  # the discriminant alone (λ = 1), the other side of every served classifier
                             discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
                                                       supports.get("discriminant"))
+                            discriminant_val = class_scores(aligned_val, *discriminant)
+                            discriminant_spread = float(score_spread(aligned_train, *discriminant))
                         for kind in kinds:
                             for mix in mixes:
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
                                 hybrid = classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
-                                best, predicted = class_scores(aligned_val, *hybrid).max(dim=1)
+                                hybrid_val = class_scores(aligned_val, *hybrid)
+                                best, predicted = hybrid_val.max(dim=1)
                                 hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
                                 best_scores[row, val_idx] = (best / norms).cpu().numpy()
+                                if not blend:
+                                    continue
+                                # scores are linear in (q, b): the served average scores as the average of scores
+                                hybrid_spread = float(score_spread(aligned_train, *hybrid))
                                 for share in shares:
-                                    vectors, bias, _ = blend_with_discriminant(aligned_train, hybrid, discriminant,
-                                                                               share)
-                                    best, predicted = class_scores(aligned_val, vectors, bias).max(dim=1)
+                                    w = blend_weight(hybrid_spread, discriminant_spread, share)
+                                    best, predicted = ((1 - w) * hybrid_val + w * discriminant_val).max(dim=1)
                                     served_hits[share][row, val_idx] = predicted.eq(y_val).cpu().numpy()
                                     served_scores[share][row, val_idx] = (best / norms).cpu().numpy()
 
