@@ -12,7 +12,8 @@ discriminant from the fitted map and scores the eval rows with
 ω = 0 being the classifier served before the average. The default serves ω = ½, or ω = ¼ when its
 held-out rows show the discriminant alone significantly worse than the chosen hybrid (the
 "served" column, checked against the fitted model's own predictions). The "raw GDA" column uses
-GDA on the input rows (the benchmark baseline, before any map) as the partner at ω = ½ instead.
+GDA on the input rows (the benchmark baseline, before any map) as the partner at ω = ½ instead;
+"ω ½, or 0 when outvoted" drops the average where the default lowers it.
 
 Usage
 -----
@@ -33,13 +34,14 @@ import numpy as np
 import torch
 
 from lfa_index import LFA
+from lfa_index.core.config import BLEND_SHARE, BLEND_SHARE_OUTVOTED
 from lfa_index.core.selection import classifier
 
 from .baselines import gda_discriminant
 from .cells import cell_benchmark, cell_supports
 
 WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
-SERVED = 0.5
+SERVED, OUTVOTED = BLEND_SHARE, BLEND_SHARE_OUTVOTED
 
 
 def _scores(z: np.ndarray, pair: tuple[torch.Tensor, torch.Tensor | None]) -> np.ndarray:
@@ -91,8 +93,10 @@ def run(cells: Sequence[str], seeds: int, root: Any) -> list[dict[str, Any]]:
 
 def table(records: Sequence[dict[str, Any]]) -> str:
     """Per cell: change of each weight against the best reference baseline (mean ± paired s.e.)."""
-    columns = [f"w{w:g}" for w in WEIGHTS] + ["raw_gda", "default"]
-    names = {"raw_gda": "raw GDA, ω = ½", "default": "served (ω ½, or ¼ when outvoted)"}
+    columns = [f"w{w:g}" for w in WEIGHTS] + ["raw_gda", "off_when_outvoted", "default"]
+    names = {"raw_gda": "raw GDA, ω = ½", "off_when_outvoted": "ω ½, or 0 when outvoted",
+             "default": "served: ω ½, or ¼ when outvoted"}
+    value = {"off_when_outvoted": lambda r: r["w0"] if r.get("share") == OUTVOTED else r[f"w{SERVED:g}"]}
     header = " | ".join(f"ω = {c[1:]}" if c.startswith("w") else names[c] for c in columns)
     lines = [f"| Set | Shots | Seeds | best baseline | {header} | served reproduced |",
              "|---|---:|---:|---:|" + "---:|" * (len(columns) + 1)]
@@ -102,7 +106,7 @@ def table(records: Sequence[dict[str, Any]]) -> str:
         best = np.array([max(r["gda"], r["probe"]) for r in cell])
         parts = []
         for c in columns:
-            change = np.array([r[c] for r in cell]) - best
+            change = np.array([value[c](r) if c in value else r[c] for r in cell]) - best
             se = change.std(ddof=1) / np.sqrt(len(change)) if len(change) > 1 else float("nan")
             totals[c] += change.mean()
             parts.append(f"{change.mean():+.2f} ± {se:.2f}")
