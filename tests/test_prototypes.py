@@ -96,51 +96,34 @@ def test_classes_without_support_rows_keep_their_text_prototype_and_the_mean_bia
     torch.testing.assert_close(b[4:], b[:4].mean().expand(2))
 
 
-def test_the_blend_ranks_as_the_equal_weight_average_of_the_standardised_scores():
+@pytest.mark.parametrize("mix, share", [(0.25, 0.5), (0.0, 0.25), (0.0, 0.75)])
+def test_the_blend_ranks_as_the_weighted_average_of_the_standardised_scores(mix, share):
     z, y, _ = rows(seed=3)
     queries, _, _ = rows(seed=4, shots=20)
     text = torch.nn.functional.normalize(torch.randn(6, z.shape[1], dtype=torch.float64,
                                                      generator=torch.Generator().manual_seed(0)), dim=1)
     support = support_prototypes(z, y, 6, "discriminant")
-    chosen, disc = hybrid_prototypes(text, *support, 0.25), hybrid_prototypes(text, *support, 1.0)
-    q, b, w = blend_with_discriminant(z, chosen, disc)
+    q_mix, b_mix = hybrid_prototypes(text, *support, mix)
+    chosen = (q_mix, b_mix if mix else None)  # λ = 0: the text prototypes, no bias
+    disc = hybrid_prototypes(text, *support, 1.0)
+    q, b, w = blend_with_discriminant(z, chosen, disc, share)
 
     def standardised(classifier):
         on_support = class_scores(z, *classifier)
         spread = (on_support - on_support.mean(1, keepdim=True)).std()
         return class_scores(queries, *classifier) / spread
 
-    average = (standardised(chosen) + standardised(disc)) / 2
-    # one positive factor apart: the blend is that average, rescaled to weights summing to one
-    blended = class_scores(queries, q, b)
-    factor = float((blended * average).sum() / (average * average).sum())
-    assert factor > 0
-    torch.testing.assert_close(blended, factor * average)
-    assert 0 < w < 1
-    torch.testing.assert_close(q, (1 - w) * chosen[0] + w * disc[0])
-    torch.testing.assert_close(b, (1 - w) * chosen[1] + w * disc[1])
-
-
-@pytest.mark.parametrize("share", [0.25, 0.75])
-def test_the_blend_weighs_the_standardised_discriminant_by_its_share(share):
-    z, y, _ = rows(seed=3)
-    queries, _, _ = rows(seed=4, shots=20)
-    text = torch.nn.functional.normalize(torch.randn(6, z.shape[1], dtype=torch.float64,
-                                                     generator=torch.Generator().manual_seed(1)), dim=1)
-    support = support_prototypes(z, y, 6, "discriminant")
-    chosen, disc = hybrid_prototypes(text, *support, 0.0), hybrid_prototypes(text, *support, 1.0)
-    q, b, w = blend_with_discriminant(z, (chosen[0], None), disc, share)
-
-    def standardised(classifier):
-        on_support = class_scores(z, *classifier)
-        return class_scores(queries, *classifier) / (on_support - on_support.mean(1, keepdim=True)).std()
-
-    weighted = (1 - share) * standardised((chosen[0], None)) + share * standardised(disc)
+    weighted = (1 - share) * standardised(chosen) + share * standardised(disc)
+    # one positive factor apart: the blend is that weighted average, rescaled to weights summing to one
     blended = class_scores(queries, q, b)
     factor = float((blended * weighted).sum() / (weighted * weighted).sum())
+    assert factor > 0
     torch.testing.assert_close(blended, factor * weighted)
-    _, _, half = blend_with_discriminant(z, (chosen[0], None), disc)
-    assert (w < half) == (share < 0.5)  # a smaller share, a smaller weight on the discriminant
+    assert 0 < w < 1
+    torch.testing.assert_close(q, (1 - w) * chosen[0] + w * disc[0])
+    torch.testing.assert_close(b, (1 - w) * (0 if chosen[1] is None else chosen[1]) + w * disc[1])
+    _, _, at_half = blend_with_discriminant(z, chosen, disc)
+    assert w == pytest.approx(at_half) if share == 0.5 else (w < at_half) == (share < 0.5)
 
 
 def test_the_blend_of_the_discriminant_with_itself_or_of_a_flat_classifier_changes_nothing():

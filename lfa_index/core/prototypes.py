@@ -26,6 +26,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from .config import BLEND_SHARE
+
 SupportKind = Literal["mean", "discriminant"]
 
 
@@ -119,7 +121,7 @@ def blend_weight(spread_chosen: float, spread_discriminant: float, share: float)
 
 def blend_with_discriminant(
     z: torch.Tensor, chosen: tuple[torch.Tensor, torch.Tensor | None], discriminant: tuple[torch.Tensor, torch.Tensor],
-    share: float = 0.5,
+    share: float = BLEND_SHARE,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """The weighted average of two classifiers' standardised scores, as one ``(q, b)``.
 
