@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from .beta import identity_is_informative
-from .selection import BLEND_SHARE, Candidate, Variant
+from .config import BLEND_SHARE
+from .selection import Candidate, Variant
 from .supervised import Asked, Warm
 from .supervised import fit_supervised as solve_supervised
 from .unsupervised import fit_unsupervised as solve_unsupervised

@@ -272,8 +272,8 @@ def cross_fitted_evidence(
     hits = np.zeros((len(candidates), len(y)), dtype=bool)
     best_scores = np.zeros((len(candidates), len(y)), dtype=np.float32)
     shares = BLEND_SHARES if blend else ()
-    served_hits = {share: np.zeros((len(candidates), len(y)), dtype=bool) for share in shares}
-    served_scores = {share: np.zeros((len(candidates), len(y)), dtype=np.float32) for share in shares}
+    served_hits = {share: np.zeros((len(candidates), len(y)), dtype=bool) for share in shares} or None
+    served_scores = {share: np.zeros((len(candidates), len(y)), dtype=np.float32) for share in shares} or None
     marks = set(checkpoints)
     for v_index, (variant, source) in enumerate(rows.items()):
         for f, (train_idx, val_idx) in enumerate(folds):
@@ -329,7 +329,7 @@ def cross_fitted_evidence(
                        config=config, train_prototypes=variant.refine_prototypes, progress=progress,
                        callback=at_checkpoint)
     return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
-                    served_hits=served_hits if blend else None, served_scores=served_scores if blend else None)
+                    served_hits=served_hits, served_scores=served_scores)
 
 
 def _preference(c: Candidate) -> tuple:

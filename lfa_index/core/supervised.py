@@ -222,11 +222,7 @@ def fit_supervised(
                     train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
-    if warm is not None:
-        share = warm.blend_share
-    else:
-        blended = asked.blend and selection is not None and selection.how in ("held-out", "no-refinement")
-        share = selection.blend_share if blended else None
+    share = None if selection is None else selection.blend_share  # set by choose() when asked.blend, or kept warm
     vectors, bias, weight = served_classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind,
                                               share=share)
     if bias is None:
