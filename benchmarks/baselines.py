@@ -19,6 +19,10 @@ choosing hyper-parameters. Features are L2-normalised inside each function.
                           logits when ``prototypes`` is given.
 ``tip_adapter_cv``        same, with α and β chosen by stratified K-fold CV on the support (the
                           paper searches them on a validation set).
+``kernel_ridge``          kernel ridge in the style of ProKeR (Bendou et al., CVPR 2025): one-hot
+                          targets regressed on the residual of zero-shot logits (when
+                          ``prototypes`` is given; else of nothing) with an RBF kernel on cosine;
+                          kernel width, λ and the zero-shot scale by closed-form leave-one-out.
 ========================  ===================================================================
 
 :data:`BASELINES` maps a name to a callable over a :class:`FewShotTask`, so a harness can run
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -195,6 +199,11 @@ def beta_procrustes_only(
     return fit_beta_procrustes(X, y, prototypes, random_state).predict(X_eval)
 
 
+def _n_classes(y: np.ndarray, prototypes: np.ndarray | None) -> int:
+    """C: one per prototype when there are prototypes, else the largest support label + 1."""
+    return int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+
+
 # ---------------------------------------------------------------------------- GDA
 def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """Linear discriminant ``(weights (C, d), bias (C,))`` of GDA with a shared covariance.
@@ -253,7 +262,7 @@ def gda(
 ) -> np.ndarray:
     """GDA predictions; with ``prototypes`` (same model as X) the logits are
     ``100 · cos(x, prototypes) + α · GDA(x)`` with α from :func:`select_gda_alpha`."""
-    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    n_classes = _n_classes(y, prototypes)
     logits = _gda_logits(X, y, X_eval, n_classes)
     if prototypes is not None:
         alpha, _ = select_gda_alpha(X, y, prototypes, random_state=random_state)
@@ -272,7 +281,7 @@ def tip_adapter(
     ``prototypes`` (features and prototypes from unrelated models) the cache logits stand alone
     and α does not matter. α=1, β=5.5 are the paper's defaults, used as is.
     """
-    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    n_classes = _n_classes(y, prototypes)
     keys, queries = l2_normalize(X), l2_normalize(X_eval)
     values = np.eye(n_classes, dtype=np.float32)[y]
     logits = alpha * (np.exp(-beta * (1.0 - queries @ keys.T)) @ values)
@@ -302,7 +311,7 @@ def select_tip_adapter(
         alphas = (TIP_ALPHA,)
     if folds is None:
         return TIP_ALPHA, TIP_BETA, None
-    n_classes = int(np.max(y)) + 1 if prototypes is None else prototypes.shape[0]
+    n_classes = _n_classes(y, prototypes)
     X = l2_normalize(X)
     scores = np.zeros((len(alphas), len(betas)))
     for train, val in folds.split(X, y):
@@ -324,6 +333,112 @@ def tip_adapter_cv(
     """:func:`tip_adapter` with α and β from :func:`select_tip_adapter`."""
     alpha, beta, _ = select_tip_adapter(X, y, prototypes, random_state=random_state)
     return tip_adapter(X, y, X_eval, prototypes, alpha=alpha, beta=beta)
+
+
+# ---------------------------------------------------------------------------- kernel ridge (ProKeR)
+# Grids of the leave-one-out search. ProKeR's code searches b in [0.5, 3] on CLIP features; rows of
+# text encoders are less concentrated (lower cosines between unrelated rows), hence the wider range.
+KERNEL_WIDTHS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+KERNEL_RIDGE_LAMBDAS: tuple[float, ...] = tuple(float(v) for v in np.logspace(-3, 1, 9))
+# Weight of the zero-shot cosines next to one-hot targets: the right class leads by about 0.1 in
+# cosine, so it takes a few units for the base to matter; 0 leaves the kernel alone.
+ZERO_SHOT_SCALES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+@dataclass(frozen=True)
+class KernelRidgeChoice:
+    """Hyper-parameters of :func:`kernel_ridge` and their leave-one-out error on the support."""
+
+    width: float
+    lam: float
+    scale: float
+    loo_error: float
+    loo_mse: float
+
+
+def cosine_rbf_kernel(A: np.ndarray, B: np.ndarray, width: float) -> np.ndarray:
+    """``exp(−b(1 − a·b))`` between the unit rows of A (n, d) and B (m, d): (n, m)."""
+    return np.exp(-width * (1.0 - A @ B.T))
+
+
+def kernel_ridge_loo(
+    K: np.ndarray, targets: np.ndarray, base: np.ndarray | None, lambdas: Sequence[float],
+    scales: Sequence[float] = (0.0,),
+) -> Iterator[tuple[float, float, np.ndarray]]:
+    """Leave-one-out logits (N, C) of kernel ridge on the residual of ``scale · base``, per (λ, scale).
+
+    The model is ``f = s·base + K (K + λI)⁻¹ (targets − s·base)``. Refitting without row i moves its
+    residual to ``(r − H r)_i / (1 − H_ii)``, H = K (K + λI)⁻¹ the hat matrix, so one
+    eigendecomposition of K serves every λ, and H r is linear in s. ``base=None`` is no base (s = 0).
+    Yields ``(λ, s, logits)``, λ in the outer loop.
+    """
+    eigvals, U = np.linalg.eigh(K)
+    eigvals = np.clip(eigvals, 0.0, None)  # K is PSD; round-off must not flip a sign of e/(e+λ)
+    Ut_targets = U.T @ targets
+    Ut_base = None if base is None else U.T @ base
+    squares = U**2
+    for lam in lambdas:
+        shrink = eigvals / (eigvals + lam)
+        leverage = squares @ shrink  # diag(H)
+        fitted = U @ (shrink[:, None] * Ut_targets)
+        fitted_base = None if Ut_base is None else U @ (shrink[:, None] * Ut_base)
+        for s in scales if base is not None else (0.0,):
+            residual = targets - fitted
+            if s:
+                residual = residual - s * (base - fitted_base)
+            yield float(lam), float(s), targets - residual / (1.0 - leverage)[:, None]
+
+
+def select_kernel_ridge(
+    X: np.ndarray, y: np.ndarray, prototypes: np.ndarray | None = None,
+    widths: Sequence[float] = KERNEL_WIDTHS, lambdas: Sequence[float] = KERNEL_RIDGE_LAMBDAS,
+    scales: Sequence[float] = ZERO_SHOT_SCALES,
+) -> KernelRidgeChoice:
+    """Kernel width b, λ and the zero-shot scale with the least leave-one-out error on the support.
+
+    The error is the share of support rows that the closed-form leave-one-out logits
+    (:func:`kernel_ridge_loo`) misclassify; ties (frequent at 1 shot, where a left-out row's class
+    has no other row) go to the smaller mean squared leave-one-out error, then to grid order.
+    Without ``prototypes`` the scale is 0: no zero-shot term.
+    """
+    if not (widths and lambdas and scales):
+        raise ValueError("select_kernel_ridge needs at least one width, one lambda and one scale.")
+    X, y = l2_normalize(X).astype(np.float64), np.asarray(y)
+    targets = np.eye(_n_classes(y, prototypes))[y]
+    base = None if prototypes is None else X @ l2_normalize(prototypes).astype(np.float64).T
+    best: tuple[tuple[float, float], KernelRidgeChoice] | None = None
+    for width in widths:
+        K = cosine_rbf_kernel(X, X, width)
+        for lam, s, logits in kernel_ridge_loo(K, targets, base, lambdas, scales):
+            error = float(np.mean(np.argmax(logits, axis=1) != y))
+            mse = float(np.mean((logits - targets) ** 2))
+            if best is None or (error, mse) < best[0]:
+                best = ((error, mse), KernelRidgeChoice(float(width), lam, s, error, mse))
+    return best[1]  # type: ignore[index]
+
+
+def kernel_ridge(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
+    choice: KernelRidgeChoice | None = None,
+) -> np.ndarray:
+    """ProKeR-style predictions: ``s · cos(x, prototypes) + k(x, X) (K + λI)⁻¹ (Y − s · cos(X, prototypes))``.
+
+    Y is the one-hot support labels; ``prototypes`` (from the model of X) give the zero-shot base,
+    ``None`` none. ``choice`` defaults to :func:`select_kernel_ridge`.
+    """
+    choice = choice or select_kernel_ridge(X, y, prototypes)
+    X, X_eval = l2_normalize(X).astype(np.float64), l2_normalize(X_eval).astype(np.float64)
+    y = np.asarray(y)
+    residual = np.eye(_n_classes(y, prototypes))[y]
+    logits = np.zeros((len(X_eval), residual.shape[1]))
+    if prototypes is not None and choice.scale:
+        P = l2_normalize(prototypes).astype(np.float64)
+        residual = residual - choice.scale * X @ P.T
+        logits += choice.scale * X_eval @ P.T
+    K = cosine_rbf_kernel(X, X, choice.width)
+    dual = np.linalg.solve(K + choice.lam * np.eye(len(X)), residual)
+    logits += cosine_rbf_kernel(X_eval, X, choice.width) @ dual
+    return np.argmax(logits, axis=1)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -354,6 +469,7 @@ BASELINES: dict[str, Callable[[FewShotTask], np.ndarray]] = {
     "gda": lambda t: gda(t.X, t.y, t.X_eval, t.text_prototypes, random_state=t.seed),
     "tip_adapter": lambda t: tip_adapter(t.X, t.y, t.X_eval, t.text_prototypes),
     "tip_adapter_cv": lambda t: tip_adapter_cv(t.X, t.y, t.X_eval, t.text_prototypes, random_state=t.seed),
+    "kernel_ridge": lambda t: kernel_ridge(t.X, t.y, t.X_eval, t.text_prototypes),
 }
 """Name → callable(task) → eval predictions. ``zero_shot`` needs ``task.same_model``."""
 

@@ -108,7 +108,7 @@ def test_embedding_cache_is_read_back_without_loading_the_model(tmp_path, monkey
     key = bd.texts_key(texts, "test-model")
     assert key != bd.texts_key(texts[::-1], "test-model") != bd.texts_key(texts, "other-model")
     stored = np.eye(2, 384, dtype=np.float32)
-    bd._save_npy_atomic(tmp_path / f"minilm-{key}.npy", stored)
+    bd.save_npy_atomic(tmp_path / f"minilm-{key}.npy", stored)
 
     def no_model():
         raise AssertionError("the cache should have answered")
@@ -242,3 +242,47 @@ def test_the_blend_benchmark_reproduces_the_served_default_at_its_share():
     assert out[f"w{model.selection_['blend_share']:g}"] == pytest.approx(100 * model.score(X_eval, y_eval))
     assert set(out) == {f"w{w:g}" for w in discriminant_blend.WEIGHTS} | {"raw_gda"}
     assert all(0 <= v <= 100 for v in out.values())
+
+
+# ---------------------------------------------------------------------------- kernel ridge (issue 21)
+def test_closed_form_leave_one_out_logits_of_kernel_ridge_equal_refitting_without_each_row():
+    rng = np.random.default_rng(0)
+    X = bl.l2_normalize(rng.normal(size=(9, 5))).astype(np.float64)
+    y = np.repeat(np.arange(3), 3)
+    targets = np.eye(3)[y]
+    base = X @ bl.l2_normalize(rng.normal(size=(3, 5))).astype(np.float64).T
+    K = bl.cosine_rbf_kernel(X, X, 2.0)
+    seen = set()
+    for lam, scale, loo in bl.kernel_ridge_loo(K, targets, base, lambdas=[0.05, 1.0], scales=[0.0, 3.0]):
+        for i in range(len(X)):
+            rest = np.arange(len(X)) != i
+            dual = np.linalg.solve(K[rest][:, rest] + lam * np.eye(len(X) - 1), targets[rest] - scale * base[rest])
+            np.testing.assert_allclose(loo[i], scale * base[i] + K[i, rest] @ dual, atol=1e-10)
+        seen.add((lam, scale))
+    assert seen == {(0.05, 0.0), (0.05, 3.0), (1.0, 0.0), (1.0, 3.0)}
+
+
+def test_kernel_ridge_separates_classes_made_of_opposite_clusters_where_the_class_mean_cannot():
+    # class c sits at +e_c and -e_c: its mean is near zero, a local kernel still tells classes apart
+    rng = np.random.default_rng(1)
+
+    def draw(n_per_cluster: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(4), 2 * n_per_cluster)
+        signs = np.tile(np.repeat([1.0, -1.0], n_per_cluster), 4)
+        return np.eye(8)[y] * signs[:, None] + 0.15 * rng.normal(size=(len(y), 8)), y
+
+    X, y = draw(4)
+    X_eval, y_eval = draw(25)
+    assert accuracy(bl.kernel_ridge(X, y, X_eval), y_eval) >= 0.95
+    assert accuracy(bl.nearest_class_mean(X, y, X_eval), y_eval) <= 0.6
+
+
+def test_kernel_ridge_looks_at_no_prototype_when_another_model_embeds_the_names():
+    X, y, X_eval, _, protos = planted_problem(shots=1, noise=0.4)
+    other = np.random.default_rng(5).normal(size=protos.shape).astype(np.float32)
+    preds = [bl.BASELINES["kernel_ridge"](bl.FewShotTask(X, y, p, X_eval, same_model=False)) for p in (protos, other)]
+    np.testing.assert_array_equal(preds[0], preds[1])
+    assert bl.select_kernel_ridge(X, y, None).scale == 0.0
+    # with one model on both sides the zero-shot base is used and changes the answer at one shot
+    same = [bl.BASELINES["kernel_ridge"](bl.FewShotTask(X, y, p, X_eval, same_model=True)) for p in (protos, other)]
+    assert not np.array_equal(same[0], same[1])
