@@ -60,7 +60,7 @@ from .baselines import (
     select_linear_probe_C,
     select_tip_adapter,
 )
-from .data import SET_NAMES, FewShotSet, add_data_argument, load_set, sample_support
+from .data import SET_NAMES, FewShotSet, add_data_argument, describe, load_set, sample_support
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_SHOTS = (1, 4, 16)
@@ -523,11 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with threadpool_limits(limits=args.threads):
         for set_name in args.sets:
             data = load_set(set_name, root=args.data)
-            meta["sets"][set_name] = {
-                "description": data.description, "same_model": data.same_model, "n_classes": data.n_classes,
-                "n_pool": int(len(data.pool_labels)), "n_eval": int(len(data.eval_labels)),
-                "feature_dim": int(data.pool_features.shape[1]), "prototype_dim": int(data.prototypes.shape[1]),
-            }
+            meta["sets"][set_name] = describe(data)
             for shots in args.shots:
                 for seed in args.seeds:
                     t0 = time.perf_counter()

@@ -126,6 +126,13 @@ class FewShotSet:
         return len(self.class_names)
 
 
+def describe(data: FewShotSet) -> dict[str, Any]:
+    """What a results file records of a set: description, sizes and widths."""
+    return {"description": data.description, "same_model": data.same_model, "n_classes": data.n_classes,
+            "n_pool": int(len(data.pool_labels)), "n_eval": int(len(data.eval_labels)),
+            "feature_dim": int(data.pool_features.shape[1]), "prototype_dim": int(data.prototypes.shape[1])}
+
+
 # ---------------------------------------------------------------------------- MiniLM + cache
 @functools.lru_cache(maxsize=1)
 def _minilm() -> Any:
@@ -148,7 +155,7 @@ def texts_key(texts: Sequence[str], model_id: str) -> str:
     return hashlib.sha256(payload).hexdigest()[:32]
 
 
-def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     with atomic_file(path) as f:  # readable by all: the cache is shared by whoever runs the benchmarks
         np.save(f, array, allow_pickle=False)
 
@@ -173,7 +180,7 @@ def embed_texts(
     )
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     if path is not None:
-        _save_npy_atomic(path, emb)
+        save_npy_atomic(path, emb)
     return emb
 
 
@@ -197,8 +204,19 @@ def load_clip_set(name: str, *, root: Path | None = None, cache_dir: Path | None
     )
 
 
-def load_banking77(*, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
-    """Banking77 with MiniLM texts and MiniLM prototypes of the readable intent names."""
+@dataclass(frozen=True)
+class Banking77Texts:
+    """Banking77's texts and labels: pool = train.csv, eval = test.csv; ``class_names`` readable (``_`` → space)."""
+
+    pool_texts: list[str]
+    pool_labels: np.ndarray
+    eval_texts: list[str]
+    eval_labels: np.ndarray
+    class_names: list[str]
+
+
+def read_banking77(root: Path | None = None) -> Banking77Texts:
+    """The Banking77 texts of the shared data folder, labels in the order of categories.json."""
     folder = data_root(root) / "text" / "banking77"
     categories = json.loads((folder / "categories.json").read_text())
     index = {c: i for i, c in enumerate(categories)}
@@ -210,7 +228,15 @@ def load_banking77(*, root: Path | None = None, cache_dir: Path | None = CACHE_D
 
     pool_texts, pool_labels = read("train.csv")
     eval_texts, eval_labels = read("test.csv")
-    readable = [c.replace("_", " ") for c in categories]
+    return Banking77Texts(pool_texts, pool_labels, eval_texts, eval_labels, [c.replace("_", " ") for c in categories])
+
+
+def load_banking77(*, root: Path | None = None, cache_dir: Path | None = CACHE_DIR) -> FewShotSet:
+    """Banking77 with MiniLM texts and MiniLM prototypes of the readable intent names."""
+    texts = read_banking77(root)
+    pool_texts, pool_labels, eval_texts, eval_labels = (
+        texts.pool_texts, texts.pool_labels, texts.eval_texts, texts.eval_labels)
+    readable = texts.class_names
     return FewShotSet(
         name="banking77",
         pool_features=embed_texts(pool_texts, cache_dir=cache_dir),

