@@ -1,9 +1,16 @@
 import numpy as np
+import pytest
 import torch
 from synthetic import normalize, planted_gap_problem, random_orthogonal
 
 from lfa_index import LFA
-from lfa_index.core.beta import identity_is_informative, select_beta, select_beta_unseen, significantly_better
+from lfa_index.core.beta import (
+    identity_evidence,
+    identity_is_informative,
+    select_beta,
+    select_beta_unseen,
+    significantly_better,
+)
 from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 
 
@@ -136,3 +143,68 @@ def test_unseen_class_beta_holds_out_whole_classes():
     x = normalize(protos[y] @ random_orthogonal(16, 2) + 0.1 * rng.standard_normal((36, 16)))
     choice = select_beta_unseen(f32(x), torch.tensor(y), f32(protos), identity_informative=True, random_state=0)
     assert choice.how == "class-disjoint-cv" and choice.beta <= 0.3  # a rotation carries over to unseen classes
+
+
+def test_procrustes_is_the_identity_on_every_direction_the_rows_never_show():
+    """Few rows leave eq. 4 open; of its solutions W_op is the one nearest the identity."""
+    rng = np.random.default_rng(6)
+    for n, d in ((5, 64), (40, 64), (30, 48)):
+        x, t = f32(normalize(rng.standard_normal((n, d)))), f32(normalize(rng.standard_normal((n, d))))
+        w = orthogonal_procrustes(x, t).double()
+        torch.testing.assert_close(w.T @ w, torch.eye(d, dtype=torch.float64), atol=1e-5, rtol=0)
+        u, s, vh = torch.linalg.svd(x.double().T @ t.double())
+        assert float(torch.trace(w.T @ (x.double().T @ t.double()))) == pytest.approx(float(s.sum()), rel=1e-5)
+        q, _ = torch.linalg.qr(torch.cat([x.double().T, t.double().T], 1))  # span of the rows and targets
+        outside = torch.eye(d, dtype=torch.float64) - q @ q.T
+        if 2 * n < d:
+            torch.testing.assert_close(outside @ w @ outside, outside, atol=1e-5, rtol=0)
+        assert float(torch.trace(w)) >= float(torch.trace(u @ vh)) - 1e-6  # never farther than the SVD's completion
+
+
+def test_wide_and_narrow_procrustes_agree_with_the_full_svd_where_it_is_unique():
+    rng = np.random.default_rng(7)
+    x = f32(normalize(rng.standard_normal((6, 40))))
+    y = f32(normalize(rng.standard_normal((6, 40))))
+    w = orthogonal_procrustes(x, y)
+    u, _, vh = torch.linalg.svd(x.T @ y)
+    r = 6  # rank of xᵀy: the fitted directions are mapped as U Vᵀ maps them
+    torch.testing.assert_close(u[:, :r].T @ w, vh[:r], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_planted_pair_of_unrelated_spaces_of_one_width_never_keeps_the_identity_at_one_shot(seed):
+    """Two unrelated spaces of one width (a random rotation of a same-model support, 40 classes, 1 shot):
+    the identity carries nothing and the default takes Procrustes, on every seed."""
+    x, y, protos, xt, yt = planted_gap_problem(n_classes=40, shots=1, d=48, rotation_mix=0.0, seed=seed, n_test=5)
+    unrelated = (x @ random_orthogonal(48, 1000 + seed)).astype(np.float32)
+    assert not identity_is_informative(f32(unrelated), torch.tensor(y), f32(protos))
+    lfa = LFA(random_state=seed, steps=0).fit(unrelated, y, protos)
+    assert lfa.beta_ == 0.0 and lfa.beta_selection_ == "procrustes, identity uninformative"
+    # the same support in its own space keeps the identity
+    assert identity_is_informative(f32(x), torch.tensor(y), f32(protos))
+    kept = LFA(random_state=seed, steps=0).fit(x, y, protos)
+    assert kept.beta_ == 1.0 and kept.beta_selection_.startswith("class-disjoint-cv")
+
+
+def test_identity_evidence_is_a_z_score_under_class_permutations():
+    """Against a brute-force permutation null: mean 0, Hoeffding's variance, any block size."""
+    rng = np.random.default_rng(8)
+    n_classes, d = 6, 16
+    protos = normalize(rng.standard_normal((n_classes, d)))
+    y = np.repeat(np.arange(n_classes), 3)
+    x = normalize(protos[y] + 0.7 * rng.standard_normal((len(y), d)))
+    sims = x @ protos.T
+    z = (sims - sims.mean(1, keepdims=True)) / sims.std(1, keepdims=True)
+    import itertools
+    null = np.array([z[np.arange(len(y)), np.asarray(perm)[y]].sum() for perm in itertools.permutations(range(n_classes))])
+    observed = z[np.arange(len(y)), y].sum()
+    expected = (observed - null.mean()) / null.std()
+    assert abs(null.mean()) < 1e-9
+    assert identity_evidence(f32(x), torch.tensor(y), f32(protos)) == pytest.approx(expected, rel=1e-4)
+    import lfa_index.core.beta as beta_module
+    small_blocks = pytest.MonkeyPatch()
+    small_blocks.setattr(beta_module, "SCORE_BLOCK", 7)  # one class per block
+    try:
+        assert identity_evidence(f32(x), torch.tensor(y), f32(protos)) == pytest.approx(expected, rel=1e-4)
+    finally:
+        small_blocks.undo()

@@ -12,6 +12,7 @@ from lfa_index.core.prototypes import (
     class_means,
     class_scores,
     hybrid_prototypes,
+    precision_times,
     shared_precision,
     support_prototypes,
 )
@@ -43,6 +44,15 @@ def test_shared_precision_is_gdas_shrunk_estimator_and_the_identity_without_spre
     np.testing.assert_allclose(shared_precision(z, y, means).numpy(), expected, rtol=1e-6)
     one_shot = z[::5]
     torch.testing.assert_close(shared_precision(one_shot, y[::5], one_shot), torch.eye(d, dtype=z.dtype))
+
+
+@pytest.mark.parametrize("shots,d", [(5, 10), (2, 40), (3, 200)])
+def test_the_precision_is_applied_without_forming_it_in_the_row_space_and_the_feature_space(shots, d):
+    """Woodbury's identity (fewer rows than dimensions) and the Cholesky solve give v P exactly."""
+    z, y, _ = rows(shots=shots, d=d, seed=3)
+    means, _ = class_means(z, y, 6)
+    torch.testing.assert_close(precision_times(z, y, means, means), means @ shared_precision(z, y, means),
+                               rtol=1e-9, atol=1e-9)
 
 
 def test_full_discriminant_mix_ranks_like_the_gda_baseline():

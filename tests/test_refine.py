@@ -104,8 +104,9 @@ def test_one_shot_support_refines_at_most_one_step_per_row_without_a_held_out_sp
     lfa = LFA(random_state=0).fit(x, y, protos)
     assert lfa.steps_ == min(100, len(y)) and lfa.step_trials_ is None
     assert lfa.selection_["how"] == "one-shot"
-    paper = LFA.paper(random_state=0).fit(x, y, protos)
+    paper = LFA.paper(steps="auto", random_state=0).fit(x, y, protos)
     assert paper.steps_ == min(100, len(y)) and paper.step_trials_ == []
+    assert LFA.paper(random_state=0).fit(x, y, protos).steps_ == 200  # the public code's fixed schedule
 
 
 def test_branch_free_graph_step_refines_like_the_eager_step():

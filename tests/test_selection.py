@@ -98,8 +98,11 @@ def same_space_problem(n_classes, shots, seed=0, d=32, noise=0.9):
     return x, y, protos, xt, yt
 
 
-@pytest.mark.parametrize("n_classes", [4, 12])
+@pytest.mark.parametrize("n_classes", [4, 24])
 def test_a_same_model_one_shot_support_keeps_the_zero_shot_accuracy(n_classes):
+    """4 classes: too few to test (C! < 1/α), the evidence only has to point the right way; 24 noisy
+    classes (zero-shot ≈ 30 %): enough for the permutation test (with 12 such classes it falls below
+    the 10⁻³ level on 3 seeds of 10, and those fits take Procrustes: see core/beta.py)."""
     for seed in range(3):
         x, y, p, xt, yt = same_space_problem(n_classes, shots=1, seed=seed)
         zero_shot = np.mean((xt @ p.T).argmax(1) == yt)
@@ -237,9 +240,11 @@ def test_the_discriminant_keeps_half_the_served_average_unless_held_out_rows_sho
 
 
 def test_the_choice_is_stable_across_random_states_on_a_clear_problem():
-    x, y, text, _, _ = twin_prototype_problem(seed=3)
-    chosen = {(lfa.prototype_mix_, lfa.mapping_) for lfa in (LFA(random_state=s).fit(x, y, text) for s in range(3))}
-    assert len(chosen) == 1
+    x, y, text, xt, yt = twin_prototype_problem(seed=3)
+    fits = [LFA(random_state=s).fit(x, y, text) for s in range(3)]
+    assert len({(lfa.prototype_mix_, lfa.support_kind_) for lfa in fits}) == 1
+    accuracies = [lfa.score(xt, yt) for lfa in fits]
+    assert max(accuracies) - min(accuracies) < 0.05
 
 
 def test_checkpoints_cover_the_schedule_and_the_horizon_is_bounded():
@@ -319,7 +324,7 @@ def test_paper_preset_turns_every_option_off_and_shrinks():
 
 def test_the_paper_presets_auto_steps_come_from_one_held_out_run():
     x, y, p, _, _ = planted_gap_problem(seed=4)
-    lfa = LFA.paper(random_state=0).fit(x, y, p)
+    lfa = LFA.paper(steps="auto", random_state=0).fit(x, y, p)
     tried = [t[0] for t in lfa.step_trials_]
     assert tried == list(selection.PAPER_CHECKPOINTS)
     best = max(t[1] for t in lfa.step_trials_)
@@ -367,3 +372,33 @@ def test_the_paper_a_fixed_mix_and_one_shot_fits_serve_their_classifier_as_it_is
     assert LFA(support_prototypes="mean", random_state=0).fit(x, y, text).discriminant_weight_ is None
     one = np.unique(y, return_index=True)[1]
     assert LFA(random_state=0).fit(x[one], y[one], text).discriminant_weight_ is None
+
+
+def gap_problem(seed, n_classes=40, shots=4, d=48, n_test=20):
+    """One space for rows and prototypes, with a shared offset between sentences and short names (a
+    modality gap) that zero-shot pays for on every class, seen or not."""
+    rng = np.random.default_rng(seed)
+    protos = normalize(rng.standard_normal((n_classes, d)))
+    offset = normalize(rng.standard_normal(d)) * 2.0
+
+    def draw(n):
+        labels = np.repeat(np.arange(n_classes), n)
+        return normalize(protos[labels] + offset + 0.4 * rng.standard_normal((len(labels), d))).astype(np.float32), labels
+
+    return draw(shots), draw(n_test), protos.astype(np.float32)
+
+
+def test_classes_added_from_text_beat_zero_shot_where_the_fitted_classes_show_a_map_that_carries_over():
+    """Base-to-new: fitted on even classes, scored on odd ones by their text prototypes under W_tt."""
+    gains = []
+    for seed in range(4):
+        (x, y), (xt, yt), protos = gap_problem(seed)
+        base, new = y % 2 == 0, yt % 2 == 1
+        lfa = LFA(random_state=seed, steps=0).fit(x[base], y[base] // 2, protos[0::2])
+        new_protos = protos[1::2]
+        zero_shot = np.mean((xt[new] @ new_protos.T).argmax(1) == yt[new] // 2)
+        ours = np.mean(lfa.predict(xt[new], mapping="tt", prototypes=new_protos) == yt[new] // 2)
+        assert lfa.selection_["new_class_beta_selection"] == "class-disjoint-cv, mean directions removed"
+        assert ours >= zero_shot
+        gains.append(ours - zero_shot)
+    assert np.mean(gains) > 0.03

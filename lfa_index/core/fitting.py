@@ -42,8 +42,9 @@ def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torc
                    generator: torch.Generator, coin: torch.Generator, warm: bool, progress: Any) -> dict[str, Any]:
     """The fitted attributes of a supervised fit of ``lfa`` (its parameters; its state when ``warm``)."""
     asked: Asked = lfa._asked()
-    informative = lfa.projection_side_ is None and identity_is_informative(
-        x[:, 0] if x.ndim == 3 else x, labels, protos)
+    # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
+    informative = lfa.projection_side_ is None and (asked.keep_zero_shot or asked.new_class_map == "auto") \
+        and identity_is_informative(x[:, 0] if x.ndim == 3 else x, labels, protos)
     previous = None
     if warm:
         previous = Warm(

@@ -1,6 +1,13 @@
 """Orthogonal Procrustes (paper eq. 4) and beta-Procrustes (paper eq. 5).
 
 Rows multiply on the right: an image row ``x`` is aligned as ``x @ W``.
+
+Few rows leave eq. 4 open: ``M = XᵀY`` has rank r ≤ min(n, C) (C: distinct target rows), and any
+orthogonal map of the (d − r)-dimensional rest maximises ``tr(WᵀM)`` as well. A full SVD fills it
+in arbitrarily, which scrambles every direction the support never showed: harmless for the fitted
+classes (their prototypes lie in the fitted part) but not for classes added later, nor for the
+query norms. :func:`orthogonal_procrustes` takes the solution nearest the identity instead, and
+computes it in the span of the data (O(d·n² + d²·r), not O(d³), when n ≪ d).
 """
 
 from __future__ import annotations
@@ -11,7 +18,12 @@ from sklearn.model_selection import StratifiedShuffleSplit
 
 
 def orthogonal_procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``argmin_{W orthogonal} ||source W - target||_F = U Vᵀ`` with ``U Σ Vᵀ = SVD(sourceᵀ target)``.
+    """``argmax_{W orthogonal} tr(Wᵀ sourceᵀ target)``, the one nearest the identity.
+
+    Eq. 4 of the paper: ``U Vᵀ`` with ``U Σ Vᵀ = SVD(sourceᵀ target)``, unique when that matrix has
+    full rank. Otherwise ``W`` maps the singular directions with Σ > 0 as ``U Vᵀ`` does and is, of
+    all orthogonal maps that do, the nearest the identity (max ``tr W``): it is the identity on
+    every direction orthogonal to both the source and the target rows.
 
     Parameters
     ----------
@@ -20,10 +32,51 @@ def orthogonal_procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.T
 
     Returns
     -------
-    (d, d) orthogonal tensor W_op.
+    (d, d) orthogonal tensor W_op, in ``source``'s dtype.
     """
-    u, _, vh = torch.linalg.svd(source.T @ target)
-    return u @ vh
+    n, d = source.shape
+    if 2 * n < d:  # the row space: M = Q₁ (R₁R₂ᵀ) Q₂ᵀ, one n × n SVD (float64: it is small)
+        q1, r1 = torch.linalg.qr(source.double().T)
+        q2, r2 = torch.linalg.qr(target.double().T)
+        a, s, bh = torch.linalg.svd(r1 @ r2.T)
+        u, v = q1 @ a, q2 @ bh.T
+    else:
+        u, s, vh = torch.linalg.svd(source.T @ target)
+        v = vh.T
+    r = int((s > float(s.max()) * max(n, d) * torch.finfo(source.dtype).eps).sum()) if n else 0
+    if r == d:  # full rank: W_op is unique
+        return (u @ v.T).to(source.dtype)
+    basis, w = _nearest_identity(u[:, :r].double(), v[:, :r].double())
+    if basis is None:
+        return w.to(source.dtype)
+    # W = I + B (w − I) Bᵀ, assembled once at the caller's precision
+    eye = torch.eye(w.shape[0], dtype=w.dtype, device=w.device)
+    b = basis.to(source.dtype)
+    return torch.eye(d, dtype=source.dtype, device=source.device).addmm_(b @ (w - eye).to(source.dtype), b.T)
+
+
+def _nearest_identity(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The orthogonal map sending the orthonormal columns ``u`` (d, r) to ``v`` that is nearest the identity.
+
+    Everything it changes lies in ``span(u, v)`` (m ≤ 2r dimensions), so it is returned as that
+    span's orthonormal basis B (d, m) and the map w (m, m) within it: ``W = I + B (w − I) Bᵀ``
+    (B None: m = d and ``W = w``).
+    """
+    d, r = u.shape
+    basis = None if 2 * r >= d else torch.linalg.qr(torch.cat([u, v], 1))[0]
+    u_in, v_in = (u, v) if basis is None else (basis.T @ u, basis.T @ v)
+    u_rest, v_rest = _complement(u_in), _complement(v_in)
+    w = u_in @ v_in.T
+    if u_rest.shape[1]:
+        e, _, fh = torch.linalg.svd(v_rest.T @ u_rest)  # Q = F Eᵀ maximises tr(Q v_restᵀ u_rest)
+        w = w + u_rest @ (fh.T @ e.T) @ v_rest.T
+    return basis, w
+
+
+def _complement(q: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (m, m − r) of the orthogonal complement of ``q``'s orthonormal columns (m, r)."""
+    full, _ = torch.linalg.qr(q, mode="complete")
+    return full[:, q.shape[1]:]
 
 
 def beta_procrustes(w_op: torch.Tensor, beta: float) -> torch.Tensor:

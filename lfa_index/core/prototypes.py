@@ -59,17 +59,33 @@ def shared_precision(z: torch.Tensor, labels: torch.Tensor, means: torch.Tensor)
 
 
 def precision_times(z: torch.Tensor, labels: torch.Tensor, means: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """``v @ P`` for GDA's shrunk precision P of :func:`shared_precision`, by a Cholesky solve."""
+    """``v @ P`` for GDA's shrunk precision P of :func:`shared_precision`, without forming P.
+
+    With R the class-centred rows (n, d) and τ = tr(S), ``P = d (RᵀR + τI)⁻¹``. Fewer rows than
+    dimensions: Woodbury's identity ``(RᵀR + τI)⁻¹ = (I − Rᵀ(RRᵀ + τI)⁻¹R)/τ`` solves an n × n system
+    (O(n²d), not O(d³)); otherwise a Cholesky solve of the d × d system.
+    """
     n, d = z.shape
     if n - int(torch.unique(labels).numel()) < 1:
         return v
     residuals = z - means[labels]
-    cov = residuals.T @ residuals / (n - 1)
-    shrunk = (n - 1) * cov + torch.trace(cov) * torch.eye(d, dtype=z.dtype, device=z.device)
-    factor, info = torch.linalg.cholesky_ex(shrunk)
-    if int(info) != 0:  # not positive definite (no spread at all): the pseudo-inverse copes
+    tau = float((residuals * residuals).sum()) / (n - 1)  # tr(S)
+    if tau <= 0:  # no spread at all: the pseudo-inverse copes
         return v @ shared_precision(z, labels, means)
-    return d * torch.cholesky_solve(v.T, factor).T
+    if n < d:
+        gram = residuals @ residuals.T
+        gram.diagonal().add_(tau)
+        factor, info = torch.linalg.cholesky_ex(gram)
+        if int(info) == 0:
+            inner = torch.cholesky_solve(residuals @ v.T, factor)  # (RRᵀ + τI)⁻¹ R vᵀ
+            return (d / tau) * (v - (residuals.T @ inner).T)
+    else:
+        shrunk = residuals.T @ residuals
+        shrunk.diagonal().add_(tau)
+        factor, info = torch.linalg.cholesky_ex(shrunk)
+        if int(info) == 0:
+            return d * torch.cholesky_solve(v.T, factor).T
+    return v @ shared_precision(z, labels, means)
 
 
 def support_prototypes(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InvalidInputError
-from .beta import BetaChoice, select_beta, select_beta_unseen
+from .beta import BetaChoice, NewClassMap, select_beta, select_new_class_map
 from .config import RefineConfig
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
@@ -97,7 +97,7 @@ class SupervisedFit:
     refined_prototypes: torch.Tensor | None
     feature_mean: torch.Tensor
     beta: BetaChoice
-    new_class_beta: BetaChoice | None
+    new_class_beta: NewClassMap | None
     candidate: Candidate
     selection: Selection | None
     step_trials: list[tuple[int, float, float]] | None
@@ -232,9 +232,9 @@ def fit_supervised(
     if asked.new_class_map == "ema":
         w_new = result.W_tt
     else:
-        new_beta = select_beta_unseen(fit0, labels, prototypes, random_state=seed,
-                                      identity_informative=identity_informative and not candidate.variant.center)
-        w_new = beta_procrustes(orthogonal_procrustes(fit0, prototypes[labels]), new_beta.beta)
+        new_beta = select_new_class_map(fit0, labels, prototypes, random_state=seed,
+                                        identity_informative=identity_informative and not candidate.variant.center)
+        w_new = new_beta.W
     return SupervisedFit(
         W=served_map, W_task=result.W, W_ema=result.W_tt, W_new=w_new, prototypes=vectors, intercept=bias,
         refined_prototypes=result.prototypes,
