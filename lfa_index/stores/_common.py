@@ -47,11 +47,14 @@ def server_address(uri: str) -> tuple[str, str, int] | None:
     """``(scheme, host, port)`` of an ``http(s)://host[:port]`` URI, None for anything else (a path)."""
     if not uri.startswith(("http://", "https://")):
         return None
-    parts = urlsplit(uri)
     try:
+        parts = urlsplit(uri)
         port = parts.port
-    except ValueError as err:
-        raise InvalidParameterError(f"uri {uri!r} has an invalid port ({err}).") from err
+    except ValueError as err:  # a port beyond 65535, a broken IPv6 address
+        raise InvalidParameterError(
+            f"uri {uri!r} is not a valid server address ({err}); write e.g. 'http://localhost:6333' or "
+            "'http://[::1]:6333'."
+        ) from err
     if not parts.hostname:
         raise InvalidParameterError(f"uri {uri!r} names no host; use e.g. 'http://localhost:8000'.")
     return parts.scheme, parts.hostname, port if port is not None else (443 if parts.scheme == "https" else 80)

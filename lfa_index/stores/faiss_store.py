@@ -25,6 +25,7 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import IndexFormatError, InvalidInputError, InvalidParameterError, SchemaError
+from ..index.corpus import check_factory
 from ..persistence import read_index_dir, write_index_dir
 from ._common import requested_ids
 from .base import Where, check_fields, check_k, check_vectors, check_where
@@ -60,12 +61,10 @@ class FaissStore:
 
     def __init__(self, dim: int, factory: str = "Flat", *, path: str | os.PathLike | None = None):
         check_number(dim, "dim", low=1, integer=True)
-        try:
-            inner = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError as err:
-            raise InvalidParameterError(
-                f"factory={factory!r} cannot index {dim}-d vectors; use e.g. 'Flat' (exact) or 'HNSW32'."
-            ) from err
+        if not isinstance(factory, str):
+            raise InvalidParameterError(f"factory must be a FAISS factory string, got {factory!r}.")
+        check_factory(factory, int(dim), name="factory")
+        inner = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
         self.factory = factory
         self.path = None if path is None else Path(path)
         self._index = faiss.IndexIDMap2(inner)

@@ -30,7 +30,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..extras import import_extra
-from ._common import CollectionStore, check_name, check_timeout, filter_literal, reason, unfilled
+from ._common import CollectionStore, check_name, check_timeout, filter_literal, reason, server_address, unfilled
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
@@ -94,6 +94,7 @@ class MilvusStore(CollectionStore):
     ):
         if not isinstance(uri, str) or not uri:
             raise InvalidParameterError(f"uri must be a Milvus Lite file or a server address, got {uri!r}.")
+        server_address(uri)  # a bad port or IPv6 address: a typed error before pymilvus sees it
         check_name(collection, "collection", _NAME, _NAME_RULE)
         check_name(embedding_field, "embedding_field", _NAME, _NAME_RULE)
         if dim is not None:
