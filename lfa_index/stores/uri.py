@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CollectionNotFoundError, DimensionMismatchError, InvalidParameterError, LFAIndexError, StoreURIError
+from ..errors import (
+    CollectionNotFoundError,
+    DimensionMismatchError,
+    InvalidParameterError,
+    LFAIndexError,
+    StoreURIError,
+)
 from ._common import check_name, server_address
 from .base import VectorStore
 from .chroma import ChromaStore
