@@ -97,9 +97,7 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
             fd = os.open(lock, os.O_RDONLY | nofollow)
     except OSError as err:
         if exclusive and err.errno == errno.ELOOP:
-            raise IndexPathError(f"{lock} is a symbolic link; remove it (lfa-index writes a plain file there).") from (
-                err
-            )
+            raise IndexPathError(f"{lock} is a symbolic link; remove it (lfa-index writes a plain file).") from err
         if exclusive:
             raise
         yield False  # no lock file (format 1-2, or a read-only copy): nobody saves here with locks
