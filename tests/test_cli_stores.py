@@ -20,7 +20,7 @@ import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
 from lfa_index import LFA, AlignedIndex, cli
-from lfa_index.errors import CollectionNotFoundError, StoreURIError
+from lfa_index.errors import CollectionNotFoundError, InvalidInputError, StoreURIError
 from lfa_index.stores import (
     FaissStore,
     StoreURI,
@@ -287,20 +287,20 @@ def test_classify_refuses_a_store_of_another_dimension(index_dir, tmp_path, caps
     assert_clean_error(code, err, "8-d", str(D_IMG))
 
 
-def test_classify_rows_without_field_names_would_lose_fields_and_refuses(task, index_dir):
-    class Bare:  # the protocol without the optional field_names()
+def test_classify_rows_without_set_field_cannot_write_one_field_and_refuses(task, index_dir):
+    class Bare:  # the protocol without the optional set_field()
         def __init__(self):
             self._store = FaissStore(dim=D_IMG).add(task["queries"], np.arange(len(task["queries"])))
 
         def __getattr__(self, name):
-            if name == "field_names":
+            if name == "set_field":
                 raise AttributeError(name)
             return getattr(self._store, name)
 
     index = AlignedIndex.load(index_dir)
     _, labels, _ = classify_rows(index, Bare())
     np.testing.assert_array_equal(labels, index.predict(task["queries"]))
-    with pytest.raises(Exception, match="field_names"):
+    with pytest.raises(InvalidInputError, match="set_field"):
         classify_rows(index, Bare(), write_field="predicted")
 
 

@@ -306,6 +306,45 @@ class ChromaStore(CollectionStore):
             names.update(key for m in rows["metadatas"] for key in (m or {}))
             offset += len(rows["ids"])
 
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        found = self._call("get rows", self._col.get, ids=[str(i) for i in ids.tolist()], include=[])
+        return parse_ids(found["ids"], self.location)
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """Chroma's ``update`` of metadata, which merges the given keys into each row's metadata."""
+        step = self._batch_rows()
+        for start in range(0, len(ids), step):
+            keys = [str(i) for i in ids[start : start + step].tolist()]
+            metadatas = [{name: value} for value in values[start : start + step]]
+            self._call("update a metadata field", self._col.update, ids=keys, metadatas=metadatas)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """Upsert the rows (keys they no longer have removed), then delete every other row: a search meanwhile
+        sees each row's old or new version, never an empty collection (Chroma has no multi-row transaction)."""
+        step = self._batch_rows()
+        keys = [str(i) for i in ids.tolist()]
+        for start in range(0, len(keys), step):
+            part = keys[start : start + step]
+            old = self._call("get rows", self._col.get, ids=part, include=["metadatas"])
+            stale = {key: set(m or {}) for key, m in zip(old["ids"], old["metadatas"])}
+            metadatas = []
+            for j, key in enumerate(part, start):
+                row = {name: vs[j] for name, vs in values.items()}
+                row.update({name: None for name in stale.get(key, ()) if name not in row})  # None removes a key
+                metadatas.append(row or None)
+            self._call("upsert rows", self._col.upsert, ids=part, embeddings=x[start : start + step],
+                       metadatas=metadatas)
+        kept, offset, others = set(keys), 0, []
+        while True:
+            held = self._call("list rows", self._col.get, limit=step, offset=offset, include=[])["ids"]
+            if not held:
+                break
+            others += [key for key in held if key not in kept]
+            offset += len(held)
+        for start in range(0, len(others), step):
+            self._call("delete rows", self._col.delete, ids=others[start : start + step])
+
     # ------------------------------------------------------------------ helpers
     def _batch_rows(self) -> int:
         if self._max_batch is None:

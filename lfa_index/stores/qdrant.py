@@ -27,6 +27,9 @@ from ._common import (
     CollectionStore,
     check_flag,
     check_timeout,
+    generation_name,
+    grouped,
+    is_generation,
     parse_ids,
     reason,
     row_fields,
@@ -148,9 +151,19 @@ class QdrantStore(CollectionStore):
 
     # ------------------------------------------------------------------ schema
     def _create(self, dim: int) -> None:
+        """A new collection behind an alias of the name asked for, so that :meth:`replace` can switch it at once."""
+        physical = self._create_generation(dim)
+        operation = self._models.CreateAliasOperation(
+            create_alias=self._models.CreateAlias(collection_name=physical, alias_name=self.collection)
+        )
+        self._call("name the collection", self._client.update_collection_aliases, change_aliases_operations=[operation])
+
+    def _create_generation(self, dim: int) -> str:
+        name = generation_name(self.collection, "-")
         params = self._models.VectorParams(size=dim, distance=self._models.Distance.DOT)
         config = params if self.vector_name is None else {self.vector_name: params}
-        self._call("create the collection", self._client.create_collection, self.collection, vectors_config=config)
+        self._call("create a collection", self._client.create_collection, name, vectors_config=config)
+        return name
 
     def _inspect(self, dim: int | None) -> tuple[int, str]:
         info = self._call("describe the collection", self._client.get_collection, self.collection)
@@ -193,18 +206,20 @@ class QdrantStore(CollectionStore):
         """Upsert points (a point whose id is held is replaced, payload included). Returns ``self``."""
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         new_ids = check_ids(ids, len(x))
-        values = check_fields(fields, len(x), reserved=())
+        self._upsert(self.collection, x, new_ids, check_fields(fields, len(x), reserved=()))
+        return self
+
+    def _upsert(self, collection: str, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
         step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
         for start in range(0, len(x), step):
             stop = min(start + step, len(x))
             rows = x[start:stop].tolist()
             batch = self._models.Batch(
-                ids=new_ids[start:stop].tolist(),
+                ids=ids[start:stop].tolist(),
                 vectors=rows if self.vector_name is None else {self.vector_name: rows},
                 payloads=row_fields(values, start, stop),
             )
-            self._call("upsert points", self._client.upsert, self.collection, points=batch, wait=True)
-        return self
+            self._call("upsert points", self._client.upsert, collection, points=batch, wait=True)
 
     def clear(self) -> None:
         selector = self._models.FilterSelector(filter=self._models.Filter())
@@ -276,6 +291,68 @@ class QdrantStore(CollectionStore):
             names.update(key for p in points for key in (p.payload or {}))
             if offset is None:
                 return sorted(names)
+
+    def drop(self) -> None:
+        """Delete the whole collection (with the collections lfa-index keeps behind its name)."""
+        current = self._generation()
+        if current is None:
+            return super().drop()
+        operation = self._models.DeleteAliasOperation(delete_alias=self._models.DeleteAlias(alias_name=self.collection))
+        self._call("remove the name", self._client.update_collection_aliases, change_aliases_operations=[operation])
+        for name in self._generations():
+            self._call("drop the collection", self._client.delete_collection, name)
+
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        points = self._call("retrieve points", self._client.retrieve, self.collection, ids=ids.tolist(),
+                            with_payload=False, with_vectors=False)
+        return parse_ids([p.id for p in points], self.location)
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """One ``set_payload`` per distinct value (Qdrant's partial update of payloads), in one request."""
+        models = self._models
+        operations = [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload={name: value}, points=points))
+            for value, points in grouped(ids, values)
+        ]
+        self._call("set a payload field", self._client.batch_update_points, self.collection,
+                   update_operations=operations, wait=True)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """Fill a new collection, then point the name at it in one alias switch (atomic: old or new points)."""
+        models = self._models
+        current = self._generation()
+        if current is None:  # a collection made elsewhere: upsert, then delete the others (never empty)
+            self._upsert(self.collection, x, ids, values)
+            others = models.Filter(must_not=[models.HasIdCondition(has_id=ids.tolist())])
+            self._call("delete points", self._client.delete, self.collection,
+                       points_selector=models.FilterSelector(filter=others), wait=True)
+            return
+        new = self._create_generation(self.dim)
+        try:
+            self._upsert(new, x, ids, values)
+            name = self.collection
+            switch = [
+                models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)),
+                models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=new, alias_name=name)),
+            ]
+            self._call("switch collections", self._client.update_collection_aliases, change_aliases_operations=switch)
+        except BaseException:
+            self._client.delete_collection(new)
+            raise
+        for name in self._generations():  # the previous one stays: searches may still read it
+            if name not in (new, current):
+                self._call("drop an old collection", self._client.delete_collection, name)
+
+    def _generation(self) -> str | None:
+        """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
+        aliases = self._call("list aliases", self._client.get_aliases).aliases
+        target = next((a.collection_name for a in aliases if a.alias_name == self.collection), None)
+        return target if target is not None and target in self._generations() else None
+
+    def _generations(self) -> list[str]:
+        names = [c.name for c in self._call("list collections", self._client.get_collections).collections]
+        return [name for name in names if is_generation(name, self.collection, "-")]
 
     # ------------------------------------------------------------------ helpers
     @property
