@@ -12,6 +12,7 @@ Example
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
@@ -19,7 +20,13 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
 from ..extras import import_extra
 from ._common import (
     Batches,
@@ -215,6 +222,8 @@ class ChromaStore(CollectionStore):
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         keys = [str(i) for i in check_ids(ids, len(x)).tolist()]
         values = check_fields(fields, len(x), reserved=())
+        for name, column in values.items():
+            self._check_field(name, column)
         replace = self.count() > 0
         step = self._batch_rows()
         for start in range(0, len(x), step):
@@ -311,6 +320,12 @@ class ChromaStore(CollectionStore):
         found = self._call("get rows", self._col.get, ids=[str(i) for i in ids.tolist()], include=[])
         return parse_ids(found["ids"], self.location)
 
+    def _check_field(self, name: str, values: list[Any]) -> None:
+        if any(isinstance(v, float) and v == 0.0 and math.copysign(1.0, v) < 0 for v in values):
+            raise InvalidInputError(
+                f"field {name!r} holds -0.0, which Chroma stores as 0.0; store 0.0 (or the value as a str)."
+            )
+
     def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
         """Chroma's ``update`` of metadata, which merges the given keys into each row's metadata."""
         step = self._batch_rows()
@@ -322,6 +337,8 @@ class ChromaStore(CollectionStore):
     def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
         """Upsert the rows (keys they no longer have removed), then delete every other row: a search meanwhile
         sees each row's old or new version, never an empty collection (Chroma has no multi-row transaction)."""
+        for name, column in values.items():
+            self._check_field(name, column)
         step = self._batch_rows()
         keys = [str(i) for i in ids.tolist()]
         for start in range(0, len(keys), step):

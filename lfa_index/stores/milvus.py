@@ -30,6 +30,7 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..extras import import_extra
+from ..index.corpus import ReadWriteLock
 from ._common import (
     CollectionStore,
     check_name,
@@ -113,6 +114,7 @@ class MilvusStore(CollectionStore):
         self.uri = uri
         self.collection = collection
         self.embedding_field = embedding_field
+        self._switching = ReadWriteLock()  # searches share it, replace() drops old collections alone
         pymilvus = _pymilvus()
         self._errors = (pymilvus.MilvusException, ConnectionError, OSError)
         try:
@@ -248,16 +250,19 @@ class MilvusStore(CollectionStore):
         expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())
         scores, ids = unfilled(len(q), k)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
-        for start in range(0, len(q), step):
-            found = self._call(
-                "search", self._client.search, self.collection, data=q[start : start + step], limit=k,
-                filter=expr, output_fields=[self._pk], anns_field=self.embedding_field,
-                search_params={"metric_type": self.metric}, timeout=self.timeout, consistency_level="Strong",
-            )
-            for row, hits in enumerate(found, start):
-                n = len(hits.ids)
-                ids[row, :n] = hits.ids
-                scores[row, :n] = hits.distances
+        with self._switching.read():  # this client's replace() drops no collection meanwhile
+            # several requests read the collection the name stands for now: a replace() meanwhile would mix them
+            target = self._physical() if len(q) > step else self.collection
+            for start in range(0, len(q), step):
+                found = self._call(
+                    "search", self._client.search, target, data=q[start : start + step], limit=k,
+                    filter=expr, output_fields=[self._pk], anns_field=self.embedding_field,
+                    search_params={"metric_type": self.metric}, timeout=self.timeout, consistency_level="Strong",
+                )
+                for row, hits in enumerate(found, start):
+                    n = len(hits.ids)
+                    ids[row, :n] = hits.ids
+                    scores[row, :n] = hits.distances
         return scores, ids
 
     def get(self, ids: Any) -> np.ndarray:
@@ -349,15 +354,20 @@ class MilvusStore(CollectionStore):
         except BaseException:
             self._client.drop_collection(new)
             raise
-        for name in self._generations():  # the previous one stays: searches may still read it
-            if name not in (new, current):
-                self._call("drop an old collection", self._client.drop_collection, name, timeout=self.timeout)
+        with self._switching.write():
+            for name in self._generations():  # the previous one stays: other clients' searches may still read it
+                if name not in (new, current):
+                    self._call("drop an old collection", self._client.drop_collection, name, timeout=self.timeout)
+
+    def _physical(self) -> str:
+        """The collection the name stands for now (itself, or the collection an alias names)."""
+        info = self._call("describe the collection", self._client.describe_collection, self.collection,
+                          timeout=self.timeout)
+        return info.get("collection_name", self.collection)
 
     def _generation(self) -> str | None:
         """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
-        info = self._call("describe the collection", self._client.describe_collection, self.collection,
-                          timeout=self.timeout)
-        physical = info.get("collection_name", self.collection)
+        physical = self._physical()
         return physical if physical != self.collection and is_generation(physical, self.collection, "_") else None
 
     def _generations(self) -> list[str]:

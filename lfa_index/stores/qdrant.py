@@ -22,6 +22,7 @@ import numpy as np
 from ..core.validation import check_ids, check_number
 from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
+from ..index.corpus import ReadWriteLock
 from ._common import (
     Batches,
     CollectionStore,
@@ -40,6 +41,7 @@ from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _REQUEST_BYTES = 8 << 20  # JSON bodies well under a server's 32 MiB default limit
 _QUERIES_PER_REQUEST = 256
+_SEARCH_ATTEMPTS = 3
 _METRICS = {"Dot": "IP", "Cosine": "COSINE"}
 
 
@@ -117,6 +119,7 @@ class QdrantStore(CollectionStore):
         self.timeout = check_timeout(timeout)
         self.vector_name = vector_name
         self.hnsw_ef = hnsw_ef
+        self._switching = ReadWriteLock()  # searches share it, replace() switches and drops collections alone
         qdrant = _qdrant()
         self._models = qdrant.models
         self._server = server_address(self.uri) is not None
@@ -237,19 +240,38 @@ class QdrantStore(CollectionStore):
         params = None
         if self._server:
             params = models.SearchParams(exact=self.exact, hnsw_ef=None if self.exact else self.hnsw_ef)
-        scores, ids = unfilled(len(q), k)
-        for start in range(0, len(q), _QUERIES_PER_REQUEST):
-            requests = [
-                models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
-                                    with_payload=False, with_vector=False)
-                for row in q[start : start + _QUERIES_PER_REQUEST].tolist()
-            ]
-            found = self._call("search", self._client.query_batch_points, self.collection, requests=requests)
+        requests = [models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
+                                        with_payload=False, with_vector=False) for row in q.tolist()]
+        # every request of one search reads one collection: a replace() that switches the name meanwhile (local
+        # mode resolves it per query, a server per request) would mix old and new points
+        for attempt in range(_SEARCH_ATTEMPTS):
+            with self._switching.read():  # this client's replace() drops no collection meanwhile
+                target = self._target() if self._mixes(len(q)) else self.collection
+                try:
+                    return self._search(target, requests, k)
+                except (SchemaError, StoreUnavailableError):
+                    if target == self.collection or attempt == _SEARCH_ATTEMPTS - 1:
+                        raise  # another client's replace dropped it: read the collection the name stands for now
+
+    def _search(self, collection: str, requests: list[Any], k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = unfilled(len(requests), k)
+        for start in range(0, len(requests), _QUERIES_PER_REQUEST):
+            part = requests[start : start + _QUERIES_PER_REQUEST]
+            found = self._call("search", self._client.query_batch_points, collection, requests=part)
             for row, response in enumerate(found, start):
                 points = response.points
                 ids[row, : len(points)] = parse_ids([p.id for p in points], self.location)
                 scores[row, : len(points)] = [p.score for p in points]
         return scores, ids
+
+    def _mixes(self, n_queries: int) -> bool:
+        """Whether a search of ``n_queries`` could read two collections behind one name."""
+        return not self._server or n_queries > _QUERIES_PER_REQUEST
+
+    def _target(self) -> str:
+        """The collection the name stands for now (itself, or the collection an alias names)."""
+        aliases = self._call("list aliases", self._client.get_aliases).aliases
+        return next((a.collection_name for a in aliases if a.alias_name == self.collection), self.collection)
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
@@ -340,15 +362,15 @@ class QdrantStore(CollectionStore):
         except BaseException:
             self._client.delete_collection(new)
             raise
-        for name in self._generations():  # the previous one stays: searches may still read it
-            if name not in (new, current):
-                self._call("drop an old collection", self._client.delete_collection, name)
+        with self._switching.write():
+            for name in self._generations():  # the previous one stays: other clients' searches may still read it
+                if name not in (new, current):
+                    self._call("drop an old collection", self._client.delete_collection, name)
 
     def _generation(self) -> str | None:
         """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
-        aliases = self._call("list aliases", self._client.get_aliases).aliases
-        target = next((a.collection_name for a in aliases if a.alias_name == self.collection), None)
-        return target if target is not None and target in self._generations() else None
+        target = self._target()
+        return target if target in self._generations() else None
 
     def _generations(self) -> list[str]:
         names = [c.name for c in self._call("list collections", self._client.get_collections).collections]
