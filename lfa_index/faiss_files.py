@@ -21,7 +21,8 @@ from typing import BinaryIO
 _FLAT = {b"IxFI", b"IxF2", b"IxFl"}  # IndexFlatIP, IndexFlatL2, IndexFlat (other metrics)
 _IDMAP = {b"IxMp", b"IxM2"}  # IndexIDMap, IndexIDMap2
 _HEADER = struct.Struct("<iqqq?i")  # d, ntotal, two unused int64, is_trained, metric_type (faiss's write_index_header)
-_SIZE = struct.Struct("<Q")  # the element count before a vector's data
+_SIZE = struct.Struct("<Q")
+_MAX_DIM = 1 << 20  # faiss's own limit when it reads a header  # the element count before a vector's data
 
 
 def faiss_layout(path: str | os.PathLike) -> str:
@@ -58,7 +59,7 @@ def _header(f: BinaryIO) -> tuple[int, int, int]:
     if len(raw) != _HEADER.size:
         raise ValueError("the file ends inside the index header")
     d, ntotal, _, _, _, metric = _HEADER.unpack(raw)
-    if d < 1 or ntotal < 0:
+    if not 1 <= d <= _MAX_DIM or ntotal < 0:
         raise ValueError(f"the header gives dimension {d} and {ntotal} rows")
     if metric > 1:  # faiss writes metric_arg after the metric of the other metrics
         f.seek(4, os.SEEK_CUR)

@@ -13,6 +13,7 @@ Spaces
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -99,7 +100,7 @@ class AlignedEmbedder:
 
     def aligned_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Aligned, L2-normalised text queries ``t`` (n, d)."""
-        texts = _texts(texts, "query texts")
+        texts = check_texts(texts, "query texts")
         y = _matrix(self._queries(texts), "the query embedder's output", len(texts))
         expected = self.index.text_embeddings_.shape[1]
         if y.shape[1] != expected:
@@ -120,7 +121,7 @@ class AlignedEmbedder:
             raise InvalidParameterError(
                 "no document_embedder was given: pass the document-side model to embed or re-score documents."
             )
-        texts = _texts(texts, "documents")
+        texts = check_texts(texts, "documents")
         if not texts:
             return np.empty((0, self.index.n_features_in_), dtype=np.float32)
         x = _matrix(self._documents(texts), "the document embedder's output", len(texts))
@@ -174,9 +175,10 @@ def native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _texts(texts: Any, name: str) -> list[str]:
+def check_texts(texts: Any, name: str) -> list[str]:
+    """``texts`` as a list of str, or :class:`InvalidInputError` (a str alone would be read as its characters)."""
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
-        raise InvalidInputError(f"{name} must be a list of strings, got {type(texts).__name__}.")
+        raise InvalidInputError(f"{name} must be a list of strings, got {reprlib.repr(texts)}.")
     return list(texts)
 
 

@@ -110,6 +110,11 @@ def parse_store_uri(uri: Any) -> StoreURI:
         raise StoreURIError(
             f"store URI {uri!r} ends with '#' but names no collection after it; write '{scheme}:{location}#NAME'."
         )
+    if scheme == "faiss" and collection:  # one directory inside DIR: never '../x' or '/abs', which lead out of it
+        try:
+            check_name(collection, "a FAISS store name (after '#')", _FAISS_NAME, _FAISS_NAME_RULE)
+        except InvalidParameterError as err:
+            raise StoreURIError(f"store URI {uri!r}: {err}") from err
     return StoreURI(scheme, location, collection or None)
 
 
@@ -196,8 +201,8 @@ def _open_faiss(location: str, name: str | None, dim: int | None, options: dict[
             "a FAISS store URI names a directory (faiss:DIR); for an in-process store use FaissStore(dim) in Python."
         )
     path = Path(_local(location))
-    if name is not None:  # one directory inside DIR: never '../x' or '/abs', which would lead out of it
-        path = path / check_name(name, "a FAISS store name (after '#')", _FAISS_NAME, _FAISS_NAME_RULE)
+    if name is not None:  # a name given apart from the URI: checked as parse_store_uri checks one after '#'
+        path = path / check_name(name, "a FAISS store name", _FAISS_NAME, _FAISS_NAME_RULE)
     if path.is_dir() and any(path.iterdir()):
         store = FaissStore.load(path)
         if dim is not None and store.dim != int(dim):
