@@ -306,3 +306,21 @@ def test_a_csv_with_a_utf8_byte_order_mark_reads_its_first_column(tmp_path):
     items = read_texts(str(tmp_path / "t.csv"), text_column="text", label_column=None, need_labels=True)
     assert items.texts == ["hello", "bye"] and items.labels.tolist() == ["a", "b"]
     assert read_classes(str(tmp_path / "c.txt")) == ["cat", "dog"]
+
+
+# ------------------------------------------------------------------------------ write-backs through the command
+def test_the_command_writes_one_field_and_every_other_value_keeps_its_type(index, problem, tmp_path):
+    queries = problem[3]
+    fields = {"year": [2020] * len(queries), "price": [1.0] * len(queries), "flag": [True] * len(queries),
+              "note": ["2020"] * len(queries)}
+    FaissStore(dim=8).add(queries, np.arange(len(queries)) * 7, fields=fields).save(tmp_path / "rows")
+    index.save(tmp_path / "ix")
+    done = console("classify", f"faiss:{tmp_path / 'rows'}", "--index", tmp_path / "ix", "--write-field",
+                   "predicted", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    store = FaissStore.load(tmp_path / "rows")
+    (ids, vectors, got), = store.scan([*fields, "predicted"])
+    np.testing.assert_array_equal(vectors, queries)
+    assert got["predicted"].tolist() == index.predict(queries).tolist()
+    for name, values in fields.items():
+        assert [(type(v), v) for v in got[name]] == [(type(v), v) for v in values], name
