@@ -31,15 +31,17 @@ OPTIONS = dict(steps=5, device="cpu", random_state=0)
 pytestmark = pytest.mark.usefixtures("single_threaded")
 
 
+PROBLEM = planted_gap_problem(n_classes=4, shots=5, d=8, n_test=6, seed=0)  # X, y, P, queries, their labels
+
+
 @pytest.fixture(scope="module")
 def problem():
-    return planted_gap_problem(n_classes=4, shots=5, d=8, n_test=6, seed=0)
+    return PROBLEM
 
 
 @pytest.fixture(scope="module")
-def index(problem):
-    X, y, P, _, _ = problem
-    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(X, y, P)
+def index():
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(*PROBLEM[:3])
 
 
 def console(*argv, cwd=None) -> subprocess.CompletedProcess:

@@ -378,6 +378,25 @@ class CollectionStore:
         self._replace(x, new_ids, check_fields(fields, len(x), reserved=self._reserved))
         return self
 
+    def _switch_generation(self, new: str, current: str, fill_and_switch: Callable[[], None],
+                           drop: Callable[[str], None]) -> None:
+        """Fill the collection ``new`` and point the name at it (``fill_and_switch``), dropping ``new`` if that fails;
+        then drop the collections kept behind the name before ``current``, which other clients' searches may
+        still read. (Stores that keep collections behind an alias: Qdrant, Milvus.)"""
+        try:
+            fill_and_switch()
+        except BaseException:
+            drop(new)
+            raise
+        with self._switching.write():  # no search of this client reads them meanwhile
+            for name in self._generations():
+                if name not in (new, current):
+                    drop(name)
+
+    def _generations(self) -> list[str]:
+        """The collections kept behind this store's name (alias)."""
+        raise NotImplementedError
+
     def _require_held(self, ids: np.ndarray) -> None:
         missing = [part[~np.isin(part, self._held(part))] for part in np.array_split(ids, max(1, len(ids) // 4096))]
         missing = np.concatenate(missing) if missing else ids[:0]

@@ -347,17 +347,14 @@ class MilvusStore(CollectionStore):
                        timeout=self.timeout)
             return
         new = self._create_generation(self.dim, self._pk)
-        try:
+
+        def fill_and_switch() -> None:
             self._upsert(new, x, ids, values)
             self._call("load the collection", self._client.load_collection, new, timeout=self.timeout)
             self._call("switch collections", self._client.alter_alias, new, self.collection, timeout=self.timeout)
-        except BaseException:
-            self._client.drop_collection(new)
-            raise
-        with self._switching.write():
-            for name in self._generations():  # the previous one stays: other clients' searches may still read it
-                if name not in (new, current):
-                    self._call("drop an old collection", self._client.drop_collection, name, timeout=self.timeout)
+
+        self._switch_generation(new, current, fill_and_switch, lambda name: self._call(
+            "drop a collection", self._client.drop_collection, name, timeout=self.timeout))
 
     def _physical(self) -> str:
         """The collection the name stands for now (itself, or the collection an alias names)."""

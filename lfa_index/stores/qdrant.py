@@ -351,21 +351,18 @@ class QdrantStore(CollectionStore):
                        points_selector=models.FilterSelector(filter=others), wait=True)
             return
         new = self._create_generation(self.dim)
-        try:
+        name = self.collection
+        switch = [
+            models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)),
+            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=new, alias_name=name)),
+        ]
+
+        def fill_and_switch() -> None:
             self._upsert(new, x, ids, values)
-            name = self.collection
-            switch = [
-                models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)),
-                models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=new, alias_name=name)),
-            ]
             self._call("switch collections", self._client.update_collection_aliases, change_aliases_operations=switch)
-        except BaseException:
-            self._client.delete_collection(new)
-            raise
-        with self._switching.write():
-            for name in self._generations():  # the previous one stays: other clients' searches may still read it
-                if name not in (new, current):
-                    self._call("drop an old collection", self._client.delete_collection, name)
+
+        self._switch_generation(new, current, fill_and_switch, lambda old: self._call(
+            "drop a collection", self._client.delete_collection, old))
 
     def _generation(self) -> str | None:
         """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
