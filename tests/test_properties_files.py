@@ -405,9 +405,9 @@ def test_labels_files_read_exactly_or_raise_a_typed_error(suffix, values, data):
         return
     assert labels.ndim == 1 and labels.dtype.kind in "iuU"
     if suffix == ".txt":
-        assert labels.tolist() == [line.strip() for line in raw.decode("utf-8").splitlines() if line.strip()]
+        assert labels.tolist() == [line.strip() for line in raw.decode("utf-8-sig").splitlines() if line.strip()]
     elif suffix == ".json":
-        assert [str(v) for v in labels.tolist()] == [str(v) for v in json.loads(raw.decode("utf-8"))]
+        assert [str(v) for v in labels.tolist()] == [str(v) for v in json.loads(raw.decode("utf-8-sig"))]
     else:
         assert labels.tolist() == np.load(io.BytesIO(raw), allow_pickle=True).tolist()
 
@@ -427,7 +427,7 @@ def test_class_lists_read_exactly_or_raise_a_typed_error(suffix, names, data):
     if error is not None:
         return
     assert isinstance(got, list) and got and all(isinstance(n, str) for n in got)
-    decoded = raw.decode("utf-8")
+    decoded = raw.decode("utf-8-sig")  # a byte-order mark is not part of the first name
     if suffix == ".json":
         assert got == [n.strip() for n in json.loads(decoded)]
     else:
@@ -462,7 +462,7 @@ def test_text_files_read_one_item_per_row_or_raise_a_typed_error(rows, header, s
     else:
         assert not need_labels
     if suffix == ".csv":
-        decoded = list(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline="")))
+        decoded = list(csv.DictReader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
         assert items.texts == [r["text"] or "" for r in decoded]
 
 
