@@ -102,7 +102,9 @@ class ChromaStore(CollectionStore):
 
     Ids are kept as decimal strings (Chroma's ids are strings). A row replaced by :meth:`add` is
     deleted first, since Chroma's upsert would merge the old metadata into the new. A ``where``
-    on a field no row holds matches nothing.
+    on a field no row holds matches nothing. Chroma stores -0.0 as 0.0, so it is refused. With no
+    multi-row transaction, :meth:`replace` upserts the rows, then deletes the others: a search
+    meanwhile sees each row's old or new version, never an empty collection.
 
     Raises
     ------

@@ -62,6 +62,8 @@ class FaissStore:
     Fields need not be given with every :meth:`add`: a row added without a field the store
     holds, or held before a new field arrived, has no value for it (``None``); :meth:`scan`
     refuses to return a field that some row lacks, and a ``where`` never matches a missing value.
+    Searches share a lock that writes (:meth:`add`, :meth:`replace`, :meth:`set_field`) hold
+    alone, so a search sees the rows before a write or after it.
 
     Example
     -------

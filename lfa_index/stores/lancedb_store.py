@@ -78,6 +78,9 @@ class LanceDBStore(CollectionStore):
     recomputed, ``q·x`` in float32, from the returned vectors. Without an ANN index (what this
     store creates) a search is a flat scan, exact for any size. Each :meth:`add` writes a new
     table version; compact a table that receives many small writes with ``table.optimize()``.
+    A column holds one type, and a value that would not read back as itself (an int in a float
+    column, 1.5 in an int column) is refused. :meth:`replace` is one ``merge_insert`` that also
+    deletes the other rows: one commit, so a search sees the old rows or the new ones.
 
     Raises
     ------

@@ -75,6 +75,13 @@ class MilvusStore(CollectionStore):
     timeout : float, default=30.0
         Seconds allowed for each request.
 
+    Notes
+    -----
+    A collection created here is an alias of the name asked for over a collection
+    ``lfa_<digest>_<random>``, so :meth:`replace` fills a new one and switches the alias in one
+    step (searches see the old rows or the new ones); for a collection made elsewhere it upserts,
+    then deletes the others. :meth:`set_field` is Milvus's partial upsert of one field.
+
     Raises
     ------
     StoreUnavailableError

@@ -82,6 +82,11 @@ class QdrantStore(CollectionStore):
     or a server for large corpora. Ids are Qdrant's unsigned integer ids. A ``where`` on a payload
     field no point holds matches nothing.
 
+    Replacement: a collection created here is an alias of the name asked for over a collection
+    ``lfa-<digest>-<random>``, so :meth:`replace` fills a new one and switches the alias in one
+    step (searches see the old points or the new ones); the previous one is dropped at the next
+    replace. For a collection made elsewhere, :meth:`replace` upserts, then deletes the others.
+
     Raises
     ------
     StoreUnavailableError
