@@ -48,7 +48,9 @@ def _input_path(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        location = parse_store_uri(value).location
+        uri = parse_store_uri(value)  # a FAISS store is DIR/NAME; an engine owns its whole directory
+        faiss_store = uri.scheme == "faiss" and uri.collection
+        location = os.path.join(uri.location, uri.collection) if faiss_store else uri.location
     except StoreURIError:
         location = value
     return location if os.path.lexists(os.path.expanduser(location)) else None
