@@ -33,6 +33,7 @@ import torch
 from .core.validation import check_number
 from .errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, RowCountError, SchemaError
 from .extras import import_extra
+from .files import check_output_path
 from .index import AlignedIndex, check_query_matrix
 
 _FINGERPRINT_MODULUS = 1 << 64
@@ -283,6 +284,8 @@ def classify_parquet(
         sum of 64-bit hashes), so a lost row hidden by a duplicated one is caught too. A
         difference raises :class:`RowCountError`.
     overwrite : bool, default=False
+        Replace what ``destination`` holds. A destination that is the source, lies inside it or
+        holds it is always refused (:class:`~lfa_index.errors.OutputPathError`), before any work.
     address : str or None, default=None
         Ray cluster to join when Ray is not initialised yet (None starts or finds a local one).
 
@@ -294,11 +297,12 @@ def classify_parquet(
     -------
     >>> classify_parquet("s3://bucket/emb/", "s3://bucket/pred/", "/shared/idx", num_workers=16)
     """
+    source = [str(p) for p in source] if isinstance(source, (list, tuple)) else str(source)
+    destination = str(destination)
+    check_output_path(destination, {"source": source, "index_path": str(index_path)}, name="destination")
     ray = import_extra("ray", "distributed")
     import_extra("pyarrow", "distributed")
     check_number(max_retries, "max_retries", low=0, integer=True)
-    source = [str(p) for p in source] if isinstance(source, (list, tuple)) else str(source)
-    destination = str(destination)
     index = AlignedIndex.load(index_path, device="cpu")  # a bad path fails here, once, not in every actor
     if reject_below is not None:
         index.check_threshold(reject_below)  # within [-1, 1] unless the classifier has class biases

@@ -117,6 +117,10 @@ class RowCountError(LFAIndexError, RuntimeError):
     """The output of a batch job does not hold exactly the rows of its input."""
 
 
+class OutputPathError(LFAIndexError, ValueError):
+    """An output path is an input of the same call, lies inside one or holds one: writing would destroy it."""
+
+
 # ------------------------------------------------------------------ embedding sources
 class ModelUnavailableError(LFAIndexError, OSError):
     """A model or checkpoint cannot be loaded (not on disk and no network, or unreadable)."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -205,3 +206,28 @@ def same_answers(a: Any, b: Any, x: np.ndarray, k: int = 3) -> None:
 def data_dir(path: Path) -> Path:
     """The folder holding the files of the saved index at ``path`` (named by its manifest)."""
     return path / json.loads((path / "manifest.json").read_text())["data"]
+
+
+@contextmanager
+def peak_memory() -> Iterator[list[int]]:
+    """``[bytes]``: how far resident memory rose above its level at the start of the block (Linux: the
+    peak, VmHWM, is reset first; elsewhere 0). Allocations that are never touched do not count."""
+    measured = [0]
+
+    def peak_kib() -> int | None:
+        try:
+            with open("/proc/self/status") as status:
+                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+        except (OSError, StopIteration):
+            return None
+
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # resets VmHWM to the current resident size
+        start = peak_kib()
+    except OSError:
+        start = None
+    yield measured
+    end = peak_kib()
+    if start is not None and end is not None:
+        measured[0] = 1024 * (end - start)

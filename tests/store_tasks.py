@@ -59,3 +59,25 @@ def check_support_from_store(store: VectorStore, task: tuple, options: dict[str,
     from_store = AlignedIndex(lfa=LFA(**options)).fit(X, y, text, class_names=NAMES)
     direct = AlignedIndex(lfa=LFA(**options)).fit(support, names, text, class_names=NAMES)
     np.testing.assert_array_equal(from_store.predict(queries), direct.predict(queries))
+
+
+# ------------------------------------------------------------------------------ every engine
+ENGINES = {  # engine -> client module (None: FAISS, always there)
+    "faiss": None, "milvus": "pymilvus", "qdrant": "qdrant_client", "chroma": "chromadb", "lancedb": "lancedb",
+}
+
+
+def engine_store(engine: str, root: Path, name: str, dim: int | None = None, **options: Any) -> VectorStore:
+    """A store of ``engine`` under ``root`` (one Milvus Lite file and one directory per engine), embedded:
+    FAISS in process, Qdrant ``:memory:`` (its directory mode commits each point on its own)."""
+    from lfa_index.stores import ChromaStore, FaissStore, LanceDBStore, MilvusStore, QdrantStore
+
+    if engine == "faiss":
+        return FaissStore(dim, **options)
+    if engine == "milvus":
+        return MilvusStore(str(root / "milvus.db"), name, dim, **options)
+    if engine == "qdrant":
+        return QdrantStore(":memory:", name, dim, **options)
+    if engine == "chroma":
+        return ChromaStore(root / "chroma", name, dim, **options)
+    return LanceDBStore(root / "lancedb", name, dim, **options)

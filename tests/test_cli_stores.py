@@ -20,7 +20,7 @@ import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
 from lfa_index import LFA, AlignedIndex, cli
-from lfa_index.errors import CollectionNotFoundError, StoreURIError
+from lfa_index.errors import CollectionNotFoundError, InvalidInputError, StoreURIError
 from lfa_index.stores import (
     FaissStore,
     StoreURI,
@@ -260,16 +260,19 @@ def test_classify_writes_labels_into_the_store_keeping_vectors_and_fields(task, 
     uri = store_uri(engine, tmp_path, "to_label")
     ids = np.arange(len(task["queries"])) * 2 + 3
     sources = [f"camera {i % 3}" for i in range(len(ids))]
-    fill(uri, task["queries"], ids, fields={"source": sources})
+    years, prices = [2020 + i for i in range(len(ids))], [float(i) + 0.5 * (i % 2) for i in range(len(ids))]
+    fill(uri, task["queries"], ids, fields={"source": sources, "year": years, "price": prices})
     code, out, err = run(capsys, "classify", "-q", uri, "--index", index_dir, "--write-field", "predicted")
     assert code == 0 and out == "", err
     expected = AlignedIndex.load(index_dir).predict(task["queries"])
     with closing(open_store(uri)) as store:
         assert store.count() == len(ids)
         np.testing.assert_array_equal(store.get(ids), task["queries"])
-        got = {int(i): (p, s) for b_ids, _, f in store.scan(["predicted", "source"])
-               for i, p, s in zip(b_ids, f["predicted"], f["source"])}
-    assert [got[i] for i in ids.tolist()] == list(zip(expected.tolist(), sources))
+        got = {int(i): (p, s, (type(y), y), (type(c), c.hex())) for b_ids, _, f in store.scan(
+               ["predicted", "source", "year", "price"])
+               for i, p, s, y, c in zip(b_ids, f["predicted"], f["source"], f["year"], f["price"])}
+    kept = [((int, y), (float, c.hex())) for y, c in zip(years, prices)]  # 2020 stays an int, 1.0 a float
+    assert [got[i] for i in ids.tolist()] == [(e, s, *k) for e, s, k in zip(expected.tolist(), sources, kept)]
     # again, rejecting every row: the field is overwritten with "" (no class); -o still writes the CSV
     code, _, err = run(capsys, "classify", "-q", uri, "--index", index_dir, "--write-field", "predicted",
                        "--reject-below", 1.0, "-o", tmp_path / "labels.csv")
@@ -287,20 +290,20 @@ def test_classify_refuses_a_store_of_another_dimension(index_dir, tmp_path, caps
     assert_clean_error(code, err, "8-d", str(D_IMG))
 
 
-def test_classify_rows_without_field_names_would_lose_fields_and_refuses(task, index_dir):
-    class Bare:  # the protocol without the optional field_names()
+def test_classify_rows_without_set_field_cannot_write_one_field_and_refuses(task, index_dir):
+    class Bare:  # the protocol without the optional set_field()
         def __init__(self):
             self._store = FaissStore(dim=D_IMG).add(task["queries"], np.arange(len(task["queries"])))
 
         def __getattr__(self, name):
-            if name == "field_names":
+            if name == "set_field":
                 raise AttributeError(name)
             return getattr(self._store, name)
 
     index = AlignedIndex.load(index_dir)
     _, labels, _ = classify_rows(index, Bare())
     np.testing.assert_array_equal(labels, index.predict(task["queries"]))
-    with pytest.raises(Exception, match="field_names"):
+    with pytest.raises(InvalidInputError, match="set_field"):
         classify_rows(index, Bare(), write_field="predicted")
 
 

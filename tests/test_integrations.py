@@ -3,12 +3,14 @@ returns AlignedIndex.search_unaligned's top-k; documents classify as index.predi
 
 from __future__ import annotations
 
+import importlib.util
+
 import faiss
 import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
-from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidParameterError
+from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidInputError, InvalidParameterError, LFAIndexError
 from lfa_index.stores import FaissStore, prototype_dim, write_prototypes
 
 OPTIONS = dict(beta=0.5, steps=20, device="cpu", random_state=0)
@@ -194,3 +196,58 @@ def test_llamaindex_nodes_classify_as_index_predict(task, embedders, llamaindex)
     assert [n.metadata["lfa_label"] for n in labelled] == index.predict(corpus[:50]).tolist()
     assert all(n.metadata["source"] == "synthetic" for n in labelled) and "lfa_label" not in nodes[0].metadata
     assert labelled[0].get_content(metadata_mode="embed") == docs[0]  # labels never leak into embedded text
+
+
+# ------------------------------------------------------------------------------ what an embedder may answer
+class Answers:
+    """An embedder whose answer for ``n`` texts is ``kind``: one row each ("ok") or something else."""
+
+    def __init__(self, kind: str, dim: int):
+        self.kind, self.dim = kind, dim
+
+    def __call__(self, texts):
+        n, d = len(texts), self.dim
+        return {
+            "ok": np.ones((n, d)), "dropped": np.ones((n - 1, d)), "extra": np.ones((n + 1, d)),
+            "ragged": [[1.0] * d] * (n - 1) + [[1.0] * (d - 1)] + [[1.0] * d], "strings": [["x"] * d] * n,
+            "dicts": [{"v": 1.0}] * n, "nan": np.full((n, d), np.nan), "flat": np.ones(d), "none": None,
+        }[self.kind]
+
+
+def _embeddings(index, query_side, document_side):
+    """``(embed_documents, embed_query)`` of each framework installed, over the same two embedders."""
+    out = []
+    if importlib.util.find_spec("langchain_core") is not None:
+        from lfa_index.integrations.langchain import LFAEmbeddings
+
+        emb = LFAEmbeddings(index, query_side, document_side)
+        out.append((emb.embed_documents, emb.embed_query))
+    if importlib.util.find_spec("llama_index") is not None:
+        from lfa_index.integrations.llamaindex import LFAEmbedding
+
+        emb = LFAEmbedding(index, query_side, document_side)
+        out.append((emb.get_text_embedding_batch, emb.get_query_embedding))
+    if not out:
+        pytest.skip("needs the [langchain] or [llamaindex] extra")
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dropped", "extra", "ragged", "strings", "dicts", "nan", "flat", "none"])
+def test_every_embedder_answer_must_be_one_finite_row_per_text(task, kind):
+    index = task[0]
+    d_img, d_txt = index.n_features_in_, index.text_embeddings_.shape[1]
+    for embed_documents, _ in _embeddings(index, Answers("ok", d_txt), Answers(kind, d_img)):
+        with pytest.raises(LFAIndexError, match="document embedder"):
+            embed_documents(["a", "b", "c"])
+    for _, embed_query in _embeddings(index, Answers(kind, d_txt), Answers("ok", d_img)):
+        with pytest.raises(LFAIndexError, match="query embedder"):
+            embed_query("a")
+
+
+def test_documents_that_are_not_a_list_of_texts_are_refused(task):
+    index = task[0]
+    sides = Answers("ok", index.text_embeddings_.shape[1]), Answers("ok", index.n_features_in_)
+    for embed_documents, _ in _embeddings(index, *sides):
+        for documents in (None, "one text", [1, 2], [None]):
+            with pytest.raises(InvalidInputError, match="documents must be a list of strings"):
+                embed_documents(documents)

@@ -17,6 +17,7 @@ from ..arrays import l2_normalize
 from ..core.validation import check_array
 from ..errors import FileFormatError, LFAIndexError, MissingFileError, NonFiniteError, ShapeError
 from ..extras import import_extra
+from ..faiss_files import faiss_layout
 
 EMBEDDING_KEYS = ("embeddings", "embedding", "features", "X", "x")
 LABEL_KEYS = ("labels", "label", "y", "targets", "target")
@@ -69,8 +70,9 @@ def load_embeddings(
     Parameters
     ----------
     path : ``.npy`` (one array), ``.npz`` / ``.safetensors`` (named arrays), ``.parquet`` (a list
-        column of vectors, one row per item) or a FAISS index (``.faiss`` / ``.index``: its vectors,
-        via ``reconstruct_n``; compressed indexes such as PQ or SQ give back approximations).
+        column of vectors, one row per item) or a flat FAISS index (``.faiss`` / ``.index``: an
+        ``IndexFlat`` or an ``IndexIDMap`` over one, checked from its header before FAISS reads it;
+        other index types are refused).
     embeddings_key : array / column name; default the first of ``embeddings, embedding, features,
         X, x`` present (or the only array).
     labels_key : array / column of labels; default the first of ``labels, label, y, targets,
@@ -251,24 +253,21 @@ def _read_faiss(path: Path, embeddings_key: str | None, labels_key: str | None) 
             f"{path.name} is a FAISS index: it holds vectors only, no named keys or labels."
         )
     faiss = import_extra("faiss", extra="files", package="faiss-cpu")
+    # the type and size come from the header before FAISS reads the file: other index types can abort the
+    # process when asked for their vectors, and a forged header would make FAISS allocate what it claims
+    try:
+        layout = faiss_layout(path)
+    except ValueError as err:
+        raise FileFormatError(f"{path.name} is not a complete flat FAISS index ({err}); write it again.") from err
+    if layout == "other":
+        raise FileFormatError(
+            f"{path.name} is not a flat FAISS index: an embeddings file may be an IndexFlat (IP or L2) or an "
+            "IndexIDMap over one, whose vectors are stored as they are; save the embeddings as .npy or "
+            "reconstruct them into an IndexFlat first."
+        )
     try:
         index = faiss.read_index(str(path))
     except RuntimeError as err:
         raise FileFormatError(f"{path.name} is not a readable FAISS index: {err}") from err
     inner = faiss.downcast_index(index.index) if hasattr(index, "id_map") else index
-    if isinstance(inner, faiss.IndexLSH):
-        raise FileFormatError(
-            f"The FAISS index {path.name} is an IndexLSH: its binary codes cannot give back vectors."
-        )
-    try:
-        ivf = faiss.try_extract_index_ivf(inner)
-        if ivf is not None:
-            ivf.make_direct_map()
-        if inner.ntotal:
-            # Probe one vector first: an unsupported reconstruct_n aborts the process instead of raising.
-            inner.reconstruct(0)
-        return inner.reconstruct_n(0, inner.ntotal)
-    except RuntimeError as err:
-        raise FileFormatError(
-            f"The FAISS index {path.name} ({type(inner).__name__}) cannot give back its vectors: {err}"
-        ) from err
+    return faiss.rev_swig_ptr(inner.get_xb(), inner.ntotal * inner.d).reshape(inner.ntotal, inner.d).copy()

@@ -35,6 +35,7 @@ from . import classify, demo, evaluate, fit, predict, report, search
 from .console import PROG, Console, cli_warnings, offline, one_line
 from .errors import CLIError
 from .options import FORMATTER
+from .output import check_outputs
 from .readers import EMBEDDING_FILES
 
 __all__ = ["main", "build_parser", "CLIError"]
@@ -68,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(args.quiet)
     with cli_warnings(), offline(getattr(args, "offline", False)):
         try:
+            check_outputs(args)
             return int(args.func(args, console) or 0)
         except KeyboardInterrupt:
             print(f"{PROG}: interrupted", file=sys.stderr)

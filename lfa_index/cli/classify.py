@@ -1,8 +1,8 @@
 """``lfa-index classify``: classify every row of a vector store with a saved index.
 
 The labels are printed as CSV (``id,label,class_name,score``) or written back into a field of
-the store (:func:`lfa_index.stores.classify_rows`): each row is added again with its id, its
-vector and its other fields, plus the label.
+the store (:func:`lfa_index.stores.classify_rows`): the engine's partial update writes that one
+field, and leaves each row's vector and other fields as they are.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     help="classify every row of a vector store with a saved index",
                     description="Classify every row of a vector store of raw embeddings with a saved index. Prints "
                                 "CSV\n(id, label, class_name, score: the aligned cosine), or with --write-field F "
-                                "writes each row's\nlabel into field F of the store (rows are re-added with the same "
-                                "id, vector and other fields).")
+                                "writes each row's\nlabel into field F of the store (that field alone: vectors and "
+                                "other fields stay as they are).")
     p.add_argument("store", metavar="URI", help="the store of raw embeddings (store URI, see below)")
     p.add_argument("--index", required=True, metavar="INDEX", help="directory written by `lfa-index fit`")
     p.add_argument("--write-field", metavar="F",

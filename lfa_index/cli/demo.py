@@ -31,6 +31,7 @@ from lfa_index.reporting import FewShotTask, Section, alignment_section, run_few
 from lfa_index.reporting.evaluation import METHOD_LABELS, FewShotResults
 
 from .console import PROG, Console
+from .errors import CLIError
 from .options import DEFAULT_REPORT_DIR, add_command, cache_dir, positive_int
 
 DEMO_STEPS = "auto"
@@ -149,6 +150,8 @@ def _settings(
     """Shots, seeds, steps and LFA options of this run: the options given, else ``config``'s."""
     shots = tuple(args.shots) if args.shots else config.shots
     seeds = tuple(args.seeds) if args.seeds else config.seeds
+    if not all(0 <= seed < 2**32 for seed in seeds):  # what numpy and scikit-learn take as a random_state
+        raise CLIError(f"--seeds must be integers from 0 to 2**32 - 1, got {list(seeds)}.")
     steps: int | str = config.steps if args.steps is None else args.steps
     if steps != "auto":
         steps = positive_int(steps, "--steps")

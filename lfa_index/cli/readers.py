@@ -1,7 +1,8 @@
 """Inputs read from the command line's files: embeddings, labels, class lists, texts, images.
 
 Each reader returns :class:`Items` (rows not embedded yet, or embeddings) or a plain list, and
-raises :class:`CLIError` saying how to fix an unusable file.
+raises :class:`CLIError` saying how to fix an unusable file. Text files are UTF-8, with or without
+a byte-order mark (spreadsheets write one).
 """
 
 from __future__ import annotations
@@ -69,9 +70,10 @@ def read_labels(path: str) -> np.ndarray:
         if p.suffix == ".npy":
             labels = np.load(p, allow_pickle=False)
         elif p.suffix == ".json":
-            labels = np.asarray(json.loads(p.read_text(encoding="utf-8")))
+            labels = np.asarray(json.loads(p.read_text(encoding="utf-8-sig")))
         else:
-            labels = np.asarray([line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()])
+            lines = p.read_text(encoding="utf-8-sig").splitlines()
+            labels = np.asarray([line.strip() for line in lines if line.strip()])
     if labels.ndim != 1 or labels.dtype.kind not in "iuU":
         raise CLIError(
             f"{path}: labels must be a 1-D list of integers or class names, got {labels.dtype} {labels.shape}."
@@ -83,7 +85,7 @@ def read_classes(path: str) -> list[str]:
     """Class names from a JSON list or a text file (one name per line, blank lines ignored)."""
     p = Path(path)
     with reading(path, "class names"):
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
         names = json.loads(text) if p.suffix == ".json" else None
     if p.suffix == ".json":
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -106,11 +108,11 @@ def read_texts(path: str, *, text_column: str, label_column: str | None, need_la
         if need_labels:
             raise CLIError(f"{path}: a .txt file holds texts only; give a CSV with '{text_column}' and label columns.")
         with reading(path, "texts"):
-            texts = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+            texts = [line.strip() for line in p.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
         if not texts:
             raise CLIError(f"{path} holds no texts; give one text per line.")
         return Items(ids=texts, texts=texts)
-    with reading(path, "a CSV of texts"), open(p, newline="", encoding="utf-8") as f:
+    with reading(path, "a CSV of texts"), open(p, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
         columns = reader.fieldnames or []

@@ -19,13 +19,13 @@ from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
 from .calibration import check_reject_below, quantile_threshold, support_scores
 from .classes import ClassTable, class_vectors, nearest_classes, search_classes
-from .corpus import Corpus, check_factory, check_raw_index, reconstruct
+from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
 from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
 from .maps import query_maps
-from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
+from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix, weighted_accuracy
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
@@ -113,6 +113,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3))
         text = check_embeddings(text_emb, name="text_emb")
         check_factory(self.corpus_factory, min(support.shape[-1], text.shape[1]))  # the narrower side
+        if self.corpus_params is not None:
+            check_search_params(self.corpus_params)
         space, y = LabelSpace.from_fit(labels, class_names, n_rows=len(support), n_classes=len(text))
         lfa = (LFA() if self.lfa is None else clone(self.lfa)).fit(support, y, text)
         with self._lock:
@@ -178,6 +180,10 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self.check_threshold(reject_below)
         scores, positions = search_classes(table, x, 1)
         return table.labels.reject(table.labels.labels(positions[:, 0]), scores[:, 0], reject_below)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Top-1 accuracy of :meth:`predict` on ``(X, y)``, optionally weighted (one weight >= 0 per row)."""
+        return weighted_accuracy(self.predict(X), y, sample_weight)
 
     def check_threshold(self, reject_below: Any) -> float:
         """``reject_below`` as a finite τ that can separate scores: within [-1, 1] (aligned cosines)
@@ -342,7 +348,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return self._table is not None
 
-    def __getstate__(self) -> dict[str, Any]:  # an unfitted clone travels to joblib workers (cv n_jobs)
+    def __getstate__(self) -> dict[str, Any]:  # copies and pickles (joblib workers) get a lock of their own
         return {k: v for k, v in super().__getstate__().items() if k != "_lock"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

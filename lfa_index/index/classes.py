@@ -75,6 +75,12 @@ class ClassTable:
             groups.append(ClassGroup(mapping, positions, vectors, maps[mapping], device.flat_index(vectors)))
         return cls(labels, prototypes, intercept, is_new, text_embeddings, maps, tuple(groups), device)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (and deep-copied) as its arrays; the FAISS indexes are built again, on the copy's device."""
+        folded = {group.mapping: group.folded for group in self.groups}
+        parts = (self.labels, self.prototypes, self.intercept, self.is_new, self.text_embeddings, self.maps)
+        return _rebuilt, (*parts, self.device, folded)
+
     @property
     def n_features(self) -> int:
         return int(self.maps["task"].matrix.shape[0])
@@ -98,6 +104,10 @@ class ClassTable:
         for group in self.groups:
             out[group.positions, : group.folded.shape[1]] = group.folded
         return out
+
+
+def _rebuilt(*parts: Any) -> ClassTable:
+    return ClassTable.build(*parts[:7], folded=parts[7])
 
 
 def group_masks(is_new: np.ndarray) -> list[tuple[str, np.ndarray]]:

@@ -110,6 +110,18 @@ class Corpus:
         apply_params(index, params, factory, device)
         return cls(index, query_map, mapping, ids, next_id, device, factory)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A consistent snapshot (no add runs meanwhile), the index as serialised CPU bytes."""
+        with self._lock.read():
+            state = dict(self.__dict__, index=faiss.serialize_index(self._device.to_cpu(self.index)))
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.index = self._device.to_device(faiss.deserialize_index(state["index"]))
+        self._lock = ReadWriteLock()
+
     @property
     def size(self) -> int:
         return int(self.index.ntotal)
@@ -182,6 +194,7 @@ def apply_params(index: faiss.Index, params: str | None, factory: str, device: F
     """Set FAISS search parameters (``"nprobe=16"``) on a corpus index; None keeps FAISS's defaults."""
     if params is None:
         return
+    check_search_params(params)
     try:
         device.parameter_space().set_index_parameters(index, params)
     except RuntimeError as err:
@@ -191,15 +204,40 @@ def apply_params(index: faiss.Index, params: str | None, factory: str, device: F
         ) from err
 
 
-def check_factory(factory: str, dim: int) -> None:
-    """Raise :class:`InvalidParameterError` unless FAISS can build ``factory`` over ``dim``-d vectors."""
+def check_search_params(params: str, name: str = "corpus_params") -> None:
+    """Raise :class:`InvalidParameterError` unless ``params`` is ``"name=value[,name=value]"`` with each value a
+    finite positive number, integers below 2**31 (FAISS reads them as C ints: 0 or 2**32 + 1 would return
+    one hit where k were asked for)."""
+    for item in params.split(","):
+        key, equals, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not key.strip() or not equals or not np.isfinite(number) or number <= 0 or (
+            number.is_integer() and number >= 2**31
+        ):
+            raise InvalidParameterError(
+                f"{name}={params!r}: {item!r} must be NAME=VALUE with VALUE a positive number below 2**31, "
+                "e.g. 'nprobe=16' for IVF or 'efSearch=64' for HNSW."
+            )
+
+
+def check_factory(factory: str, dim: int, name: str = "corpus_factory") -> None:
+    """Raise :class:`InvalidParameterError` unless FAISS can build ``factory`` over ``dim``-d vectors, ids
+    aside (lfa-index adds its own ``IndexIDMap2``)."""
     try:
-        faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        built = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as err:
         raise InvalidParameterError(
-            f"corpus_factory={factory!r} cannot index {dim}-d aligned vectors ({faiss_reason(err)}); "
+            f"{name}={factory!r} cannot index {dim}-d vectors ({faiss_reason(err)}); "
             "use e.g. 'Flat', 'HNSW32' or 'IVF1024,PQ32' (PQm needs m to divide the dimension)."
         ) from err
+    if hasattr(faiss.downcast_index(built), "id_map"):
+        raise InvalidParameterError(
+            f"{name}={factory!r} holds ids itself; lfa-index keeps ids in an IndexIDMap2 around the index: pass "
+            f"the factory without IDMap (e.g. {factory.split(',', 1)[-1]!r})."
+        )
 
 
 def check_raw_index(index: Any, dim: int) -> None:

@@ -62,6 +62,15 @@ class FaissDevice:
         self._resources_lock = threading.Lock()
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:  # copies and pickles get their own locks and GPU resources
+        return {"gpu": self.gpu}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.gpu = state["gpu"] if state["gpu"] is None or faiss_gpu_available() else None
+        self._resources = None
+        self._resources_lock = threading.Lock()
+        self._lock = threading.Lock()
+
     @property
     def on_gpu(self) -> bool:
         return self.gpu is not None

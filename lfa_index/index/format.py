@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import persistence
 from ..core import LFA
+from ..core.validation import validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
 from . import legacy
 from .classes import ClassTable, class_vectors, group_masks
@@ -109,6 +110,7 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
         lfa = LFA.from_fitted_state(lfa_params, doc["lfa"]["state"], lfa_arrays)
         params, corpus_doc = _params(doc["params"], device), doc["corpus"]
+        _check_scalars(lfa, doc["lfa"]["state"], params["lfa"])
     with blame(arrays_file):
         _check_dtypes(arr)
         check_lfa(lfa)
@@ -222,6 +224,17 @@ def _corpus(
         if len(ids) and next_id <= ids[-1]:
             raise ValueError(f"corpus next_id {next_id} is not above the largest id held ({ids[-1]})")
     return index, ids, mapping, next_id, QueryMap(matrix, offset)
+
+
+def _check_scalars(lfa: LFA, state: dict[str, Any], lfa_param: LFA | None) -> None:
+    """Every parameter within the estimator's own constraints (a temperature of 0, NaN or -0.01 would make
+    ``predict_proba`` NaN or disagree with ``predict``), and every number of the fitted state finite."""
+    for estimator in (lfa, lfa_param):
+        if estimator is not None:
+            validate_params(estimator.get_params(deep=False), LFA._parameter_constraints)
+    for name, value in state.items():
+        if isinstance(value, float) and not np.isfinite(value):
+            raise ValueError(f"lfa.state.{name} is {value!r}, not a finite number")
 
 
 def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:

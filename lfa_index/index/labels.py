@@ -177,6 +177,8 @@ def check_class_names(names: Any, n_classes: int, required: bool = False) -> lis
     if not all(isinstance(n, (str, np.str_)) for n in names):
         raise InvalidParameterError("class names must be strings (they are stored as JSON).")
     names = [str(n) for n in names]
+    if "" in names:  # a store field holds "" for a rejected row: an empty name would read as one
+        raise LabelError("class names must not be empty: '' marks a rejected row in written labels; name the class.")
     if len(names) != n_classes:
         raise ShapeError(f"got {len(names)} class names for {n_classes} prototype rows; pass one name per row.")
     if len(set(names)) != len(names):

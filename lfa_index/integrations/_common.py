@@ -13,13 +13,14 @@ Spaces
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
 from ..arrays import MAPPINGS
-from ..core.validation import check_choice
-from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError
+from ..core.validation import as_real_array, check_choice
+from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, NonFiniteError, ShapeError
 from ..index import AlignedIndex
 from ..index.folding import rerank, unalign_queries
 from ..stores import FaissStore, VectorStore, prototype_dim, search_classes, write_prototypes
@@ -99,7 +100,8 @@ class AlignedEmbedder:
 
     def aligned_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Aligned, L2-normalised text queries ``t`` (n, d)."""
-        y = _matrix(self._queries(_texts(texts, "query texts")), "the query embedder's output")
+        texts = check_texts(texts, "query texts")
+        y = _matrix(self._queries(texts), "the query embedder's output", len(texts))
         expected = self.index.text_embeddings_.shape[1]
         if y.shape[1] != expected:
             raise DimensionMismatchError(
@@ -119,10 +121,10 @@ class AlignedEmbedder:
             raise InvalidParameterError(
                 "no document_embedder was given: pass the document-side model to embed or re-score documents."
             )
-        texts = _texts(texts, "documents")
+        texts = check_texts(texts, "documents")
         if not texts:
             return np.empty((0, self.index.n_features_in_), dtype=np.float32)
-        x = _matrix(self._documents(texts), "the document embedder's output")
+        x = _matrix(self._documents(texts), "the document embedder's output", len(texts))
         if x.shape[1] != self.index.n_features_in_:
             raise DimensionMismatchError(
                 f"the document embedder returns {x.shape[1]}-d vectors but the index aligns "
@@ -173,14 +175,20 @@ def native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _texts(texts: Any, name: str) -> list[str]:
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-        raise InvalidInputError(f"{name} must be a list of strings.")
+def check_texts(texts: Any, name: str) -> list[str]:
+    """``texts`` as a list of str, or :class:`InvalidInputError` (a str alone would be read as its characters)."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
+        raise InvalidInputError(f"{name} must be a list of strings, got {reprlib.repr(texts)}.")
     return list(texts)
 
 
-def _matrix(values: Any, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float32)
-    if arr.ndim != 2 or not np.isfinite(arr).all():
-        raise InvalidInputError(f"{name} must be a finite (n, d) array of embeddings, got shape {arr.shape}.")
+def _matrix(values: Any, name: str, n_texts: int) -> np.ndarray:
+    """An embedder's answer for ``n_texts`` texts as float32 (n_texts, d): one finite row per text, or a typed
+    error (a dropped row, ragged rows, strings or dicts would otherwise pair vectors with the wrong texts)."""
+    arr = as_real_array(values, name)
+    if arr.ndim != 2 or arr.shape[0] != n_texts or arr.shape[1] == 0:
+        raise ShapeError(f"{name} must hold one embedding per text, ({n_texts}, d); got shape {arr.shape}.")
+    arr = arr.astype(np.float32)
+    if not np.isfinite(arr).all():
+        raise NonFiniteError(f"{name} holds NaN or infinite values (or values beyond float32).")
     return arr

@@ -20,7 +20,7 @@ from ..errors import InvalidParameterError
 from ..extras import import_extra
 from ..index import AlignedIndex
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, check_overfetch, native
+from ._common import AlignedEmbedder, Space, check_overfetch, check_texts, native
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
 _schema = import_extra("llama_index.core.schema", "llamaindex")
@@ -79,6 +79,12 @@ class LFAEmbedding(_embeddings.BaseEmbedding):
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._aligner.embed_documents(texts).tolist()
+
+    def get_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[list[float]]:
+        """Document vectors of a list of texts (checked first: LlamaIndex would embed a str character by character)."""
+        return super().get_text_embedding_batch(check_texts(texts, "documents"), show_progress=show_progress, **kwargs)
 
 
 def retrieve_aligned(

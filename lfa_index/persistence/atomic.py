@@ -15,6 +15,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from ..errors import IndexPathError
 from .layout import _SUFFIXES, LOCK_FILE, MANIFEST
 
 try:
@@ -87,9 +89,15 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
         yield False
         return
     lock = directory / LOCK_FILE
+    nofollow = getattr(os, "O_NOFOLLOW", 0)  # a link there must not make a save create or lock its target
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644) if exclusive else os.open(lock, os.O_RDONLY)
-    except OSError:
+        if exclusive:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | nofollow, 0o644)
+        else:
+            fd = os.open(lock, os.O_RDONLY | nofollow)
+    except OSError as err:
+        if exclusive and err.errno == errno.ELOOP:
+            raise IndexPathError(f"{lock} is a symbolic link; remove it (lfa-index writes a plain file).") from err
         if exclusive:
             raise
         yield False  # no lock file (format 1-2, or a read-only copy): nobody saves here with locks

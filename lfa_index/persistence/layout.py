@@ -7,7 +7,7 @@ files beside the manifest, which named them in ``files``.
 
 Example
 -------
->>> state = _inspect(Path("idx"), Path("idx"))  # IndexPathError for a file or foreign contents
+>>> state = _inspect(Path("idx"), Path("idx"), "aligned-index")  # IndexPathError: a file, foreign contents
 >>> manifest = _parse_manifest(Path("idx"), Path("idx/manifest.json").read_bytes(), "aligned-index")
 """
 
@@ -54,8 +54,9 @@ def _committed_data(target: Path) -> str | None:
         return None
 
 
-def _inspect(target: Path, given: Path) -> _State:
-    """Sort the target's entries into ours and foreign ones; refuse foreign ones and files."""
+def _inspect(target: Path, given: Path, kind: str) -> _State:
+    """Sort the target's entries into ours and foreign ones; refuse foreign ones, files, links where lfa-index
+    keeps its own entries, and an lfa-index directory of another ``kind`` (a FAISS store is no AlignedIndex)."""
     if not target.exists():
         return _State()
     if not target.is_dir():
@@ -64,6 +65,11 @@ def _inspect(target: Path, given: Path) -> _State:
     if not entries:
         return _State()
     manifest = _own_manifest(target, given)
+    if manifest is not None and manifest.get("kind") != kind:
+        raise IndexPathError(
+            f"{given} holds an lfa-index of kind {manifest.get('kind')!r}, not {kind!r}; a save replaces only "
+            "its own kind: save to another path, or remove that directory first."
+        )
     state = _State()
     ours = {LOCK_FILE}
     if manifest is not None:
@@ -80,6 +86,11 @@ def _inspect(target: Path, given: Path) -> _State:
         except FileNotFoundError:  # removed meanwhile by a save that holds the lock
             continue
         plain_dir, plain_file = stat.S_ISDIR(mode), stat.S_ISREG(mode)
+        if name in ours and not plain_file:  # a link or folder where the lock or manifest goes
+            raise IndexPathError(
+                f"{given / name} is not a plain file (a symbolic link or a folder); lfa-index writes only plain "
+                f"files there. Remove it, or save to another path."
+            )
         if name in ours or (name == state.data and plain_dir) or (name in state.legacy and plain_file):
             continue
         if (_DATA_DIR.fullmatch(name) and plain_dir) or (_MANIFEST_TMP.fullmatch(name) and plain_file):

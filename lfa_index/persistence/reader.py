@@ -21,6 +21,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from ..errors import IndexFormatError, IndexNotFoundError, LFAIndexError
+from ..faiss_files import faiss_layout
 from .atomic import _locked, _restore_moved_index
 from .layout import _SUFFIXES, MANIFEST, _parse_manifest, _sha256
 
@@ -80,6 +81,10 @@ def _read_once(
     manifest = _parse_manifest(root, raw, kind)
     folder = root / manifest["data"] if manifest["format_version"] >= 3 else root
     try:
+        if folder.is_symlink():  # save refuses links inside an index: so does load
+            raise IndexFormatError(
+                f"{folder} is a symbolic link; an index keeps its files inside its directory: re-save the index."
+            )
         return _read_files(folder, manifest["files"])
     except (IndexFormatError, OSError) as err:
         try:
@@ -109,6 +114,7 @@ def _read_files(
             elif part == "safetensors":
                 arrays[name] = load_file(str(file))
             else:
+                faiss_layout(file)  # a flat index of the wrong size: refused before FAISS allocates what it claims
                 indexes[name] = faiss.read_index(str(file))
         except (ValueError, OSError, RuntimeError, RecursionError, SafetensorError) as err:
             raise IndexFormatError(f"{file} could not be read although its checksum matches: {err}") from err
@@ -116,6 +122,8 @@ def _read_files(
 
 
 def _verify_file(file: Path, entry: Mapping[str, Any]) -> None:
+    if file.is_symlink():
+        raise IndexFormatError(f"{file} is a symbolic link, not a file of the index; re-save the index.")
     if not file.is_file():
         raise IndexFormatError(f"{file} is listed in the manifest but missing; the index is incomplete, re-save it.")
     size = file.stat().st_size

@@ -56,17 +56,18 @@ def write_index_dir(
 
     ``documents`` maps file names to JSON-serialisable objects, ``arrays`` file names to dicts of
     numpy arrays (one safetensors file each), ``faiss_indexes`` file names to CPU FAISS indexes.
-    An existing lfa-index or empty directory at ``path`` is replaced; a symbolic link is followed.
-    A file, or a directory holding files lfa-index did not write, raises :class:`IndexPathError`;
+    An existing lfa-index of the same ``kind`` or an empty directory at ``path`` is replaced; a symbolic
+    link at ``path`` is followed, links inside it are refused. A file, a directory holding files
+    lfa-index did not write, or an lfa-index of another kind raises :class:`IndexPathError`;
     a target that cannot be written raises :class:`IndexPermissionError`.
     """
     given = Path(path)
     with _os_errors(given):
         target = _resolve(given)
-        _inspect(target, given)  # refuse a file or foreign contents before writing anything
+        _inspect(target, given, kind)  # refuse a file, foreign contents or another kind before writing anything
         target.mkdir(parents=True, exist_ok=True)
         with _locked(target, exclusive=True) as locked:
-            state = _inspect(target, given)
+            state = _inspect(target, given, kind)
             _remove_entries(target, state.stale, young_too=locked)
             data = Path(tempfile.mkdtemp(prefix="data-", dir=target))
             try:

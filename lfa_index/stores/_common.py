@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import secrets
 import socket
 from contextlib import contextmanager
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence, TypeVar
@@ -20,10 +22,12 @@ from ..errors import (
     SchemaError,
     StoreUnavailableError,
 )
+from .base import check_field_update, check_fields, check_vectors, object_column
 
 Batches = Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]  # what scan() yields
 Candidates = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]  # queries -> (ids (n, m), vectors (n, m, d))
 _CHUNK_BYTES = 64 << 20  # at most this much candidate data in memory while re-scoring
+_FIELD_ROWS = 4096  # rows per partial update of one field
 
 
 def check_name(name: Any, what: str, pattern: str, rule: str) -> str:
@@ -47,11 +51,14 @@ def server_address(uri: str) -> tuple[str, str, int] | None:
     """``(scheme, host, port)`` of an ``http(s)://host[:port]`` URI, None for anything else (a path)."""
     if not uri.startswith(("http://", "https://")):
         return None
-    parts = urlsplit(uri)
     try:
+        parts = urlsplit(uri)
         port = parts.port
-    except ValueError as err:
-        raise InvalidParameterError(f"uri {uri!r} has an invalid port ({err}).") from err
+    except ValueError as err:  # a port beyond 65535, a broken IPv6 address
+        raise InvalidParameterError(
+            f"uri {uri!r} is not a valid server address ({err}); write e.g. 'http://localhost:6333' or "
+            "'http://[::1]:6333'."
+        ) from err
     if not parts.hostname:
         raise InvalidParameterError(f"uri {uri!r} names no host; use e.g. 'http://localhost:8000'.")
     return parts.scheme, parts.hostname, port if port is not None else (443 if parts.scheme == "https" else 80)
@@ -182,6 +189,28 @@ def rescore(
     parts = [rank_candidates(chunk, *candidates(chunk), k, metric)
              for chunk in (queries[start : start + step] for start in range(0, len(queries), step))]
     return np.concatenate([scores for scores, _ in parts]), np.concatenate([ids for _, ids in parts])
+
+
+def generation_name(name: str, sep: str) -> str:
+    """A new collection for lfa-index to keep behind the alias ``name``: ``lfa<sep><name's digest><sep><random>``."""
+    return f"lfa{sep}{_digest(name)}{sep}{secrets.token_hex(4)}"
+
+
+def is_generation(candidate: str, name: str, sep: str) -> bool:
+    """Whether ``candidate`` is a collection that :func:`generation_name` made for the alias ``name``."""
+    return re.fullmatch(rf"lfa{re.escape(sep)}{_digest(name)}{re.escape(sep)}[0-9a-f]{{8}}", candidate) is not None
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()[:12]
+
+
+def grouped(ids: np.ndarray, values: Sequence[Any]) -> list[tuple[Any, list[int]]]:
+    """``(value, ids holding it)`` for each distinct value, first seen first (1, 1.0 and True apart)."""
+    groups: dict[tuple[type, Any], list[int]] = {}
+    for i, value in zip(ids.tolist(), values):
+        groups.setdefault((type(value), value), []).append(i)
+    return [(value, members) for (_, value), members in groups.items()]
 
 
 _Store = TypeVar("_Store", bound="CollectionStore")
@@ -326,4 +355,64 @@ class CollectionStore:
                 f"{rows} of {self.location} lack {kind}(s) {missing}; store them with add(..., fields=...) or name "
                 "a field the collection has."
             )
-        return {f: np.array([r[f] for r in records]) for f in fields}
+        return {f: object_column([r[f] for r in records]) for f in fields}
+
+    # ------------------------------------------------------------------ writes of one field, replacement
+    _reserved: tuple[str, ...] = ()  # names a field may not take (the id and vector columns)
+
+    def set_field(self, ids: Any, name: str, values: Sequence[Any]) -> None:
+        """Write field ``name`` of the held rows ``ids`` (one value each) with the engine's partial update;
+        their vectors and other fields stay as they are, type and value. Every id must be held, and every
+        value is checked before the first write."""
+        ids, values = check_field_update(ids, name, values, self._reserved)
+        self._require_held(ids)
+        self._check_field(name, values)
+        for start in range(0, len(ids), _FIELD_ROWS):
+            self._set_field(ids[start : start + _FIELD_ROWS], name, values[start : start + _FIELD_ROWS])
+
+    def replace(self: _Store, vectors: Any, ids: Any, fields: Mapping[str, Sequence[Any]] | None = None) -> _Store:
+        """Make these the only rows. A concurrent search never sees an empty collection; how much more the
+        engine promises (all old or all new rows) is said in the store's Notes. Returns the store."""
+        x = check_vectors(vectors, dim=self.dim, location=self.location)
+        new_ids = check_ids(ids, len(x))
+        self._replace(x, new_ids, check_fields(fields, len(x), reserved=self._reserved))
+        return self
+
+    def _switch_generation(self, new: str, current: str, fill_and_switch: Callable[[], None],
+                           drop: Callable[[str], None]) -> None:
+        """Fill the collection ``new`` and point the name at it (``fill_and_switch``), dropping ``new`` if that fails;
+        then drop the collections kept behind the name before ``current``, which other clients' searches may
+        still read. (Stores that keep collections behind an alias: Qdrant, Milvus.)"""
+        try:
+            fill_and_switch()
+        except BaseException:
+            drop(new)
+            raise
+        with self._switching.write():  # no search of this client reads them meanwhile
+            for name in self._generations():
+                if name not in (new, current):
+                    drop(name)
+
+    def _generations(self) -> list[str]:
+        """The collections kept behind this store's name (alias)."""
+        raise NotImplementedError
+
+    def _require_held(self, ids: np.ndarray) -> None:
+        missing = [part[~np.isin(part, self._held(part))] for part in np.array_split(ids, max(1, len(ids) // 4096))]
+        missing = np.concatenate(missing) if missing else ids[:0]
+        if len(missing):
+            raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")
+
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        """Which of at most 4096 distinct ``ids`` the collection holds."""
+        raise NotImplementedError
+
+    def _check_field(self, name: str, values: list[Any]) -> None:
+        """Refuse values the engine would not keep exactly in field ``name`` (typed columns)."""
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """Write one field of held rows (at most 4096)."""
+        raise NotImplementedError
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        raise NotImplementedError

@@ -32,7 +32,7 @@ from ..core.validation import check_ids, check_number
 from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex, check_query_matrix
 from ..index.folding import rerank, top_classes, unalign_queries
-from .base import VectorStore, check_fields, check_k
+from .base import VectorStore, check_k
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
 
@@ -48,7 +48,10 @@ def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: st
     """Replace the store's rows with the index's folded prototypes: id = class position in ``classes_``.
 
     Each row also carries ``label_field`` (the class label) and ``"mapping"``. Call it again
-    after ``fit``, ``partial_fit`` or ``add_classes``. Returns the store.
+    after ``fit``, ``partial_fit`` or ``add_classes``. Returns the store. The rows are replaced
+    with ``store.replace`` (a store without it is cleared, then filled): a concurrent
+    :func:`classify` sees the old prototypes or the new ones in FAISS, Qdrant, Milvus (collections
+    lfa-index created) and LanceDB, and each class's old or new row in Chroma; never an empty set.
 
     Example
     -------
@@ -63,10 +66,13 @@ def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: st
             f"{store.location} ranks by {store.metric}, but folded prototypes are not unit vectors and need the "
             "inner product: use a collection indexed with metric IP."
         )
-    labels = index.classes_.tolist()
-    mapping = np.where(index.is_new_class_, "tt", "task").tolist()
-    store.clear()
-    store.add(folded, ids=np.arange(len(folded)), fields={label_field: labels, MAPPING_FIELD: mapping})
+    fields = {label_field: index.classes_.tolist(), MAPPING_FIELD: np.where(index.is_new_class_, "tt", "task").tolist()}
+    replace = getattr(store, "replace", None)
+    if callable(replace):
+        replace(folded, np.arange(len(folded)), fields)
+    else:
+        store.clear()
+        store.add(folded, ids=np.arange(len(folded)), fields=fields)
     return store
 
 
@@ -87,7 +93,7 @@ def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) 
     for mapping, size in groups:
         where = {MAPPING_FIELD: mapping} if len(groups) > 1 else None
         raw, positions = store.search(x, min(k, size), where=where)
-        hits.append((raw, index.query_norms(X, mapping), positions))
+        hits.append((raw, index.query_norms(X, mapping), _positions(positions, store, len(index.classes_))))
     scores, positions = top_classes(hits, k)
     return scores, index.label_space_.labels(positions)
 
@@ -101,7 +107,7 @@ def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
     if len(groups) > 1:
         return search_classes(index, store, X, k=1)[1][:, 0]
     _, ids = store.search(x, 1)
-    return index.label_space_.labels(ids[:, 0])
+    return index.label_space_.labels(_positions(ids[:, 0], store, len(index.classes_)))
 
 
 def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
@@ -118,6 +124,19 @@ def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> t
     return x, groups
 
 
+def _positions(ids: np.ndarray, store: VectorStore, n_classes: int) -> np.ndarray:
+    """Class positions found in a store of prototypes; "no hit" (-1) or an id beyond the classes is a typed
+    error, never a class (numpy would read -1 as the last one)."""
+    odd = (ids < 0) | (ids >= n_classes)
+    if odd.any():
+        raise InvalidInputError(
+            f"{store.location} answered {int(odd.sum())} search(es) with no prototype (id -1) or an id outside "
+            f"0..{n_classes - 1}: it does not hold this index's {n_classes} folded prototypes (emptied or filled by "
+            "something else meanwhile). Call write_prototypes(index, store), and keep one store per index."
+        )
+    return ids
+
+
 def classify_rows(
     index: AlignedIndex,
     store: VectorStore,
@@ -130,9 +149,10 @@ def classify_rows(
 
     ``labels`` equal ``index.predict`` of the stored vectors (with ``reject_below=τ``, rows whose
     best aligned score is below τ get ``index.unknown_label_``); ``scores`` are those best scores.
-    With ``write_field``, each row is added again with its id, its vector, the fields it holds
-    (``store.field_names()``) and ``write_field`` = its label; a rejected row gets "" (named
-    classes) or -1 (class indices). Every row is read and checked before the first write.
+    With ``write_field``, field ``write_field`` of each row is set to its label with the store's
+    partial update (``store.set_field``): vectors and every other field stay as they were, type and
+    value. A rejected row gets "" (named classes) or -1 (class indices). Every row is read and
+    checked before the first write.
 
     Example
     -------
@@ -142,15 +162,13 @@ def classify_rows(
     if reject_below is not None:
         index.check_threshold(reject_below)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
-    kept = [] if write_field is None else [f for f in _field_names(store, write_field) if f != write_field]
-    ids, labels, scores, values = [], [], [], {f: [] for f in kept}
-    for batch_ids, vectors, fields in store.scan(kept, batch_size=batch_size):
+    set_field = None if write_field is None else _field_writer(store, write_field)
+    ids, labels, scores = [], [], []
+    for batch_ids, vectors, _ in store.scan([], batch_size=batch_size):
         best, found = index.search(vectors, k=1)
         ids.append(batch_ids)
         labels.append(found[:, 0])
         scores.append(best[:, 0])
-        for f in kept:
-            values[f].append(np.asarray(fields[f], dtype=object))
     if not ids:
         raise EmptyIndexError(f"{store.location} is empty: add raw embeddings to it before classifying its rows.")
     order = np.argsort(np.concatenate(ids), kind="stable")
@@ -158,33 +176,23 @@ def classify_rows(
     found = labels
     if reject_below is not None:
         labels = index.label_space_.reject(found, scores, reject_below)
-    if write_field is not None:  # a store field holds "" where the index's unknown label is None
+    if set_field is not None:  # a store field holds "" where the index's unknown label is None
         unknown = "" if index.unknown_label_ is None else index.unknown_label_
-        written = (found if reject_below is None else index.label_space_.reject(found, scores, reject_below, unknown))
-        written = written.astype(object)
-        columns = {f: np.concatenate(v)[order] for f, v in values.items()}
-        _rewrite(store, ids, {**columns, write_field: written}, batch_size)
+        written = found if reject_below is None else index.label_space_.reject(found, scores, reject_below, unknown)
+        set_field(ids, write_field, written.tolist())
     return ids, labels, scores
 
 
-def _field_names(store: VectorStore, write_field: Any) -> list[str]:
+def _field_writer(store: VectorStore, write_field: Any) -> Any:
     if not isinstance(write_field, str) or not write_field.isidentifier():
         raise InvalidInputError(f"write_field must be a field name (an identifier), got {write_field!r}.")
-    names = getattr(store, "field_names", None)
-    if not callable(names):
+    set_field = getattr(store, "set_field", None)
+    if not callable(set_field):
         raise InvalidInputError(
-            f"{type(store).__name__} has no field_names(): writing a field re-adds each row, and its other fields "
-            "would be lost; add field_names() to the store."
+            f"{type(store).__name__} has no set_field(ids, name, values): writing a label must update that one field "
+            "and leave the others as they are; add set_field() to the store."
         )
-    return list(names())
-
-
-def _rewrite(store: VectorStore, ids: np.ndarray, fields: dict[str, np.ndarray], batch_size: int) -> None:
-    """Add the rows ``ids`` again with their stored vectors and ``fields`` (checked in full before any write)."""
-    check_fields(fields, len(ids), reserved=())
-    for start in range(0, len(ids), batch_size):
-        part = ids[start : start + batch_size]
-        store.add(store.get(part), part, fields={f: v[start : start + batch_size] for f, v in fields.items()})
+    return set_field
 
 
 # ------------------------------------------------------------------------------ corpora

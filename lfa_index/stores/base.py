@@ -15,14 +15,16 @@ Example
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..core.validation import as_real_array, check_number
+from ..core.validation import as_real_array, check_ids, check_number
 from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 
 Where = Mapping[str, "str | int"]
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 @runtime_checkable
@@ -30,9 +32,19 @@ class VectorStore(Protocol):
     """What lfa-index needs from a vector store.
 
     ``search`` ranks by the store's ``metric`` ("IP": inner product, "COSINE"), highest first;
-    missing slots are id -1 with score -inf. ``add`` replaces rows whose id is already held.
-    Optional: ``field_names()``, the fields the rows hold, which lets
-    :func:`~lfa_index.stores.classify_rows` write a field without losing the others.
+    missing slots are id -1 with score -inf; a ``where`` on a field no row holds matches nothing.
+    ``add`` replaces rows whose id is already held. Field values are str, bool, int64 or finite
+    floats, kept exactly (type and value); others are refused. Optional methods, which every
+    store of lfa-index has:
+
+    ``field_names()``
+        The fields the rows hold.
+    ``set_field(ids, name, values)``
+        Write field ``name`` of held rows with the engine's partial update, leaving their vectors
+        and other fields as they are (:func:`~lfa_index.stores.classify_rows` needs it).
+    ``replace(vectors, ids, fields)``
+        Make these rows the store's only rows, so that a concurrent search sees the old rows or
+        the new ones, never an empty set (:func:`~lfa_index.stores.write_prototypes` uses it).
     """
 
     @property
@@ -68,7 +80,7 @@ class VectorStore(Protocol):
     def scan(
         self, fields: Sequence[str], batch_size: int = 4096
     ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
-        """Every row, batch by batch: ``(ids, vectors, {field: values})``."""
+        """Every row, batch by batch: ``(ids, vectors, {field: values})``; values as stored (object arrays)."""
 
 
 # ------------------------------------------------------------------------------ input checks
@@ -100,10 +112,43 @@ def check_fields(
         if len(values) != n_rows:
             raise ShapeError(f"field {name!r} has {len(values)} values for {n_rows} rows; pass one per row.")
         values = [v.item() if isinstance(v, np.generic) else v for v in values]
-        if not all(isinstance(v, (str, int, float, bool)) for v in values):
-            raise InvalidInputError(f"field {name!r} must hold str, int, float or bool values.")
+        for v in values:
+            if not isinstance(v, (str, int, float, bool)):
+                raise InvalidInputError(f"field {name!r} must hold str, int, float or bool values, got {v!r}.")
+            if not exact_value(v):  # engines drop NaN or turn 2**70 into a float: refused, so values read back exactly
+                raise InvalidInputError(
+                    f"field {name!r} holds {v!r}, which vector stores cannot keep exactly; store finite floats and "
+                    "integers within int64 (or the value as a str)."
+                )
         out[name] = values
     return out
+
+
+def exact_value(value: Any) -> bool:
+    """Whether every store keeps ``value`` exactly: a str, a bool, an int within int64 or a finite float."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int):
+        return _INT64[0] <= value <= _INT64[1]
+    return isinstance(value, str)
+
+
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """``values`` as a 1-D object array of the values themselves (``np.array`` would coerce ``[2020, "x"]`` to
+    strings, ``[1, 2.5]`` to floats, equal-length lists to a matrix)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def check_field_update(
+    ids: Any, name: Any, values: Any, reserved: Sequence[str]
+) -> tuple[np.ndarray, list[Any]]:
+    """``(ids, values)`` of a ``set_field``: distinct non-negative int64 ids and one checked value for each."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise InvalidInputError(f"values must be a sequence of one value per id, got {type(values).__name__}.")
+    n_rows = len(values)
+    return check_ids(ids, n_rows), check_fields({name: values}, n_rows, reserved)[name]
 
 
 def check_k(k: Any, limit: int | None = None, name: str = "k") -> int:

@@ -12,6 +12,7 @@ Example
 
 from __future__ import annotations
 
+import math
 import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
@@ -19,7 +20,13 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..core.validation import check_ids, check_number
-from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
+from ..errors import (
+    DimensionMismatchError,
+    InvalidInputError,
+    InvalidParameterError,
+    SchemaError,
+    StoreUnavailableError,
+)
 from ..extras import import_extra
 from ._common import (
     Batches,
@@ -95,7 +102,9 @@ class ChromaStore(CollectionStore):
 
     Ids are kept as decimal strings (Chroma's ids are strings). A row replaced by :meth:`add` is
     deleted first, since Chroma's upsert would merge the old metadata into the new. A ``where``
-    on a field no row holds matches nothing.
+    on a field no row holds matches nothing. Chroma stores -0.0 as 0.0, so it is refused. With no
+    multi-row transaction, :meth:`replace` upserts the rows, then deletes the others: a search
+    meanwhile sees each row's old or new version, never an empty collection.
 
     Raises
     ------
@@ -215,6 +224,8 @@ class ChromaStore(CollectionStore):
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         keys = [str(i) for i in check_ids(ids, len(x)).tolist()]
         values = check_fields(fields, len(x), reserved=())
+        for name, column in values.items():
+            self._check_field(name, column)
         replace = self.count() > 0
         step = self._batch_rows()
         for start in range(0, len(x), step):
@@ -305,6 +316,53 @@ class ChromaStore(CollectionStore):
                 return sorted(names)
             names.update(key for m in rows["metadatas"] for key in (m or {}))
             offset += len(rows["ids"])
+
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        found = self._call("get rows", self._col.get, ids=[str(i) for i in ids.tolist()], include=[])
+        return parse_ids(found["ids"], self.location)
+
+    def _check_field(self, name: str, values: list[Any]) -> None:
+        if any(isinstance(v, float) and v == 0.0 and math.copysign(1.0, v) < 0 for v in values):
+            raise InvalidInputError(
+                f"field {name!r} holds -0.0, which Chroma stores as 0.0; store 0.0 (or the value as a str)."
+            )
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """Chroma's ``update`` of metadata, which merges the given keys into each row's metadata."""
+        step = self._batch_rows()
+        for start in range(0, len(ids), step):
+            keys = [str(i) for i in ids[start : start + step].tolist()]
+            metadatas = [{name: value} for value in values[start : start + step]]
+            self._call("update a metadata field", self._col.update, ids=keys, metadatas=metadatas)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """Upsert the rows (keys they no longer have removed), then delete every other row: a search meanwhile
+        sees each row's old or new version, never an empty collection (Chroma has no multi-row transaction)."""
+        for name, column in values.items():
+            self._check_field(name, column)
+        step = self._batch_rows()
+        keys = [str(i) for i in ids.tolist()]
+        for start in range(0, len(keys), step):
+            part = keys[start : start + step]
+            old = self._call("get rows", self._col.get, ids=part, include=["metadatas"])
+            stale = {key: set(m or {}) for key, m in zip(old["ids"], old["metadatas"])}
+            metadatas = []
+            for j, key in enumerate(part, start):
+                row = {name: vs[j] for name, vs in values.items()}
+                row.update({name: None for name in stale.get(key, ()) if name not in row})  # None removes a key
+                metadatas.append(row or None)
+            self._call("upsert rows", self._col.upsert, ids=part, embeddings=x[start : start + step],
+                       metadatas=metadatas)
+        kept, offset, others = set(keys), 0, []
+        while True:
+            held = self._call("list rows", self._col.get, limit=step, offset=offset, include=[])["ids"]
+            if not held:
+                break
+            others += [key for key in held if key not in kept]
+            offset += len(held)
+        for start in range(0, len(others), step):
+            self._call("delete rows", self._col.delete, ids=others[start : start + step])
 
     # ------------------------------------------------------------------ helpers
     def _batch_rows(self) -> int:

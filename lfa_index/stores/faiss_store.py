@@ -25,9 +25,19 @@ import numpy as np
 
 from ..core.validation import check_ids, check_number
 from ..errors import IndexFormatError, InvalidInputError, InvalidParameterError, SchemaError
+from ..index.corpus import ReadWriteLock, check_factory
 from ..persistence import read_index_dir, write_index_dir
 from ._common import requested_ids
-from .base import Where, check_fields, check_k, check_vectors, check_where
+from .base import (
+    Where,
+    check_field_update,
+    check_fields,
+    check_k,
+    check_vectors,
+    check_where,
+    exact_value,
+    object_column,
+)
 
 STORE_KIND = "faiss-store"  # the manifest kind of a saved FaissStore (an AlignedIndex is "aligned-index")
 _FILES = {"store": "store.json", "fields": "fields.json", "ids": "ids.safetensors", "vectors": "vectors.faiss"}
@@ -52,6 +62,8 @@ class FaissStore:
     Fields need not be given with every :meth:`add`: a row added without a field the store
     holds, or held before a new field arrived, has no value for it (``None``); :meth:`scan`
     refuses to return a field that some row lacks, and a ``where`` never matches a missing value.
+    Searches share a lock that writes (:meth:`add`, :meth:`replace`, :meth:`set_field`) hold
+    alone, so a search sees the rows before a write or after it.
 
     Example
     -------
@@ -60,17 +72,18 @@ class FaissStore:
 
     def __init__(self, dim: int, factory: str = "Flat", *, path: str | os.PathLike | None = None):
         check_number(dim, "dim", low=1, integer=True)
-        try:
-            inner = faiss.index_factory(int(dim), factory, faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError as err:
-            raise InvalidParameterError(
-                f"factory={factory!r} cannot index {dim}-d vectors; use e.g. 'Flat' (exact) or 'HNSW32'."
-            ) from err
+        if not isinstance(factory, str):
+            raise InvalidParameterError(f"factory must be a FAISS factory string, got {factory!r}.")
+        check_factory(factory, int(dim), name="factory")
         self.factory = factory
         self.path = None if path is None else Path(path)
-        self._index = faiss.IndexIDMap2(inner)
+        self._index = self._new_index(int(dim))
         self._ids = np.empty(0, dtype=np.int64)
         self._fields: dict[str, np.ndarray] = {}
+        self._lock = ReadWriteLock()  # searches share it; writes hold it alone, so no search sees half a write
+
+    def _new_index(self, dim: int) -> faiss.Index:
+        return faiss.IndexIDMap2(faiss.index_factory(dim, self.factory, faiss.METRIC_INNER_PRODUCT))
 
     @property
     def dim(self) -> int:
@@ -99,78 +112,109 @@ class FaissStore:
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         new_ids = check_ids(ids, len(x))
         values = check_fields(fields, len(x), reserved=())
-        held = np.isin(self._ids, new_ids)
-        if held.any():
-            self._index.remove_ids(faiss.IDSelectorBatch(self._ids[held]))
-        if not self._index.is_trained:
-            self._index.train(x)
-        self._index.add_with_ids(x, new_ids)
-        kept = int((~held).sum())
-        self._ids = np.concatenate([self._ids[~held], new_ids])
-        self._fields = {
-            name: np.concatenate([
-                self._fields[name][~held] if name in self._fields else np.full(kept, None, dtype=object),
-                _objects(values[name]) if name in values else np.full(len(new_ids), None, dtype=object),
-            ])
-            for name in sorted(set(self._fields) | set(values))
-        }
+        with self._lock.write():
+            held = np.isin(self._ids, new_ids)
+            if held.any():
+                self._index.remove_ids(faiss.IDSelectorBatch(self._ids[held]))
+            if not self._index.is_trained:
+                self._index.train(x)
+            self._index.add_with_ids(x, new_ids)
+            kept = int((~held).sum())
+            self._ids = np.concatenate([self._ids[~held], new_ids])
+            self._fields = {
+                name: np.concatenate([
+                    self._fields[name][~held] if name in self._fields else np.full(kept, None, dtype=object),
+                    object_column(values[name]) if name in values else np.full(len(new_ids), None, dtype=object),
+                ])
+                for name in sorted(set(self._fields) | set(values))
+            }
+        return self
+
+    def replace(self, vectors: Any, ids: Any, fields: Mapping[str, Sequence[Any]] | None = None) -> "FaissStore":
+        """Make these the only rows, at once: a concurrent search sees all the old rows or all the new ones.
+        Returns ``self``."""
+        x = check_vectors(vectors, dim=self.dim, location=self.location)
+        new_ids = check_ids(ids, len(x))
+        values = check_fields(fields, len(x), reserved=())
+        index = self._new_index(self.dim)
+        index.train(x)
+        index.add_with_ids(x, new_ids)
+        with self._lock.write():
+            self._index, self._ids = index, new_ids
+            self._fields = {name: object_column(v) for name, v in values.items()}
         return self
 
     def clear(self) -> None:
-        self._index.reset()
-        self._ids = np.empty(0, dtype=np.int64)
-        self._fields = {}
+        with self._lock.write():
+            self._index.reset()
+            self._ids = np.empty(0, dtype=np.int64)
+            self._fields = {}
 
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
         k = check_k(k)
-        params = None
         filters = check_where(where)
-        if filters:
-            keep = np.ones(len(self._ids), dtype=bool)
-            for name, value in filters.items():
-                if name not in self._fields:
-                    raise SchemaError(
-                        f"where names field {name!r}, but {self.location} holds fields {sorted(self._fields)}."
-                    )
-                keep &= self._fields[name] == value
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(self._ids[keep]))
-        scores, ids = self._index.search(q, k, params=params)
+        with self._lock.read():
+            params = None
+            if filters:
+                keep = np.ones(len(self._ids), dtype=bool)
+                for name, value in filters.items():  # a field no row holds matches nothing, as in every engine
+                    keep &= self._fields[name] == value if name in self._fields else False
+                params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(self._ids[keep]))
+            scores, ids = self._index.search(q, k, params=params)
         scores[ids < 0] = -np.inf
         return scores, ids
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
         wanted, _ = requested_ids(ids)
-        missing = np.setdiff1d(wanted, self._ids)
-        if len(missing):
-            raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")
-        return self._index.reconstruct_batch(wanted)
+        with self._lock.read():
+            missing = np.setdiff1d(wanted, self._ids)
+            if len(missing):
+                raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")
+            return self._index.reconstruct_batch(wanted)
 
     def scan(
         self, fields: Sequence[str], batch_size: int = 4096
     ) -> Iterator[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
         """Every row, ``batch_size`` at a time: ``(ids, vectors, {field: values})``."""
         check_number(batch_size, "batch_size", low=1, integer=True)
-        unknown = sorted(set(fields) - set(self._fields))
-        if unknown:
-            raise SchemaError(
-                f"{self.location} holds fields {sorted(self._fields)}, not {unknown}; add rows with those fields first."
-            )
-        lacking = sorted(f for f in set(fields) if any(v is None for v in self._fields[f]))
-        if lacking:
-            raise SchemaError(
-                f"rows of {self.location} lack field(s) {lacking}; store them for every row with add(..., fields=...)."
-            )
-        for start in range(0, len(self._ids), batch_size):
-            ids = self._ids[start : start + batch_size]
-            values = {f: self._fields[f][start : start + batch_size] for f in fields}
-            yield ids, self._index.reconstruct_batch(ids), values
+        with self._lock.read():
+            unknown = sorted(set(fields) - set(self._fields))
+            if unknown:
+                raise SchemaError(
+                    f"{self.location} holds fields {sorted(self._fields)}, not {unknown}; add rows with those fields "
+                    "first."
+                )
+            lacking = sorted(f for f in set(fields) if any(v is None for v in self._fields[f]))
+            if lacking:
+                raise SchemaError(
+                    f"rows of {self.location} lack field(s) {lacking}; store them for every row with "
+                    "add(..., fields=...)."
+                )
+            all_ids, columns = self._ids, {f: self._fields[f] for f in fields}  # replaced, never changed in place
+        for start in range(0, len(all_ids), batch_size):
+            ids = all_ids[start : start + batch_size]
+            yield ids, self.get(ids), {f: values[start : start + batch_size] for f, values in columns.items()}
 
     def field_names(self) -> list[str]:
         """Names of the fields the rows hold."""
         return sorted(self._fields)
+
+    def set_field(self, ids: Any, name: str, values: Sequence[Any]) -> None:
+        """Write field ``name`` of the held rows ``ids`` (one value each); vectors and other fields stay as they are.
+        Rows not in ``ids`` keep their value (None: no value) of a new field."""
+        ids, values = check_field_update(ids, name, values, reserved=())
+        with self._lock.write():
+            missing = ids[~np.isin(ids, self._ids)]
+            if len(missing):
+                raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")
+            order = np.argsort(self._ids)
+            slots = order[np.searchsorted(self._ids, ids, sorter=order)]
+            column = self._fields.get(name, np.full(len(self._ids), None, dtype=object)).copy()
+            column[slots] = object_column(values)
+            self._fields = {**self._fields, name: column}
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike | None = None) -> Path:
@@ -184,14 +228,15 @@ class FaissStore:
         target = self.path if path is None else Path(path)
         if target is None:
             raise InvalidParameterError("this FaissStore has no path: pass save(path) (a directory).")
-        fields = {name: values.tolist() for name, values in self._fields.items()}
-        write_index_dir(
-            target, kind=STORE_KIND,
-            documents={_FILES["store"]: {"dim": self.dim, "factory": self.factory, "rows": self.count()},
-                       _FILES["fields"]: fields},
-            arrays={_FILES["ids"]: {"ids": self._ids}},
-            faiss_indexes={_FILES["vectors"]: self._index},
-        )
+        with self._lock.read():
+            fields = {name: values.tolist() for name, values in self._fields.items()}
+            write_index_dir(
+                target, kind=STORE_KIND,
+                documents={_FILES["store"]: {"dim": self.dim, "factory": self.factory, "rows": self.count()},
+                           _FILES["fields"]: fields},
+                arrays={_FILES["ids"]: {"ids": self._ids}},
+                faiss_indexes={_FILES["vectors"]: self._index},
+            )
         self.path = target
         return target
 
@@ -209,7 +254,7 @@ class FaissStore:
             raise IndexFormatError(f"{path} is not a complete FAISS store ({err}); save it again.") from err
         store._index = index
         store._ids = ids.astype(np.int64)
-        store._fields = {name: _objects(values) for name, values in fields.items()}
+        store._fields = {name: object_column(values) for name, values in fields.items()}
         return store
 
     def close(self) -> None:
@@ -222,13 +267,6 @@ class FaissStore:
         self.close()
 
 
-def _objects(values: Sequence[Any]) -> np.ndarray:
-    """``values`` as a 1-D object array (``np.array`` would turn equal-length lists into a matrix)."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values)
-    return out
-
-
 def _check_saved(store: FaissStore, index: faiss.Index, ids: np.ndarray, fields: Any, rows: int) -> None:
     """Refuse a saved store whose parts disagree (the manifest's checksums match, the contents do not)."""
     if not isinstance(index, faiss.IndexIDMap2) or index.d != store.dim or index.ntotal != rows:
@@ -239,3 +277,6 @@ def _check_saved(store: FaissStore, index: faiss.Index, ids: np.ndarray, fields:
         raise ValueError("ids.safetensors does not list the ids of vectors.faiss")
     if not isinstance(fields, dict) or not all(isinstance(v, list) and len(v) == rows for v in fields.values()):
         raise ValueError(f"fields.json must map field names to lists of {rows} values")
+    odd = [name for name, values in fields.items() if not all(v is None or exact_value(v) for v in values)]
+    if odd:
+        raise ValueError(f"fields.json holds values other than str, bool, int64, finite floats or null in {odd[:5]}")

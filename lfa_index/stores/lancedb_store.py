@@ -31,8 +31,9 @@ from ._common import (
     query_chunk,
     reason,
     rescore,
+    unfilled,
 )
-from .base import Where, check_fields, check_k, check_vectors, check_where
+from .base import Where, check_fields, check_k, check_vectors, check_where, object_column
 
 _ROWS_PER_WRITE = 65536
 _IDS_PER_QUERY = 8192
@@ -77,6 +78,9 @@ class LanceDBStore(CollectionStore):
     recomputed, ``q·x`` in float32, from the returned vectors. Without an ANN index (what this
     store creates) a search is a flat scan, exact for any size. Each :meth:`add` writes a new
     table version; compact a table that receives many small writes with ``table.optimize()``.
+    A column holds one type, and a value that would not read back as itself (an int in a float
+    column, 1.5 in an int column) is refused. :meth:`replace` is one ``merge_insert`` that also
+    deletes the other rows: one commit, so a search sees the old rows or the new ones.
 
     Raises
     ------
@@ -192,34 +196,16 @@ class LanceDBStore(CollectionStore):
 
         A field seen for the first time becomes a nullable column; columns not given are null.
         """
-        pa = _arrow()
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         new_ids = check_ids(ids, len(x))
-        values = check_fields(fields, len(x), reserved=(self.id_field, self.vector_field, "_distance", "_rowid"))
+        values = check_fields(fields, len(x), reserved=self._reserved)
+        for name, column in values.items():  # every value fits its column before the first write
+            self._check_field(name, column)
         schema = self._add_columns(values)
         empty = self.count() == 0
         for start in range(0, len(x), _ROWS_PER_WRITE):
             stop = min(start + _ROWS_PER_WRITE, len(x))
-            columns = {}
-            for field in schema:
-                if field.name == self.id_field:
-                    columns[field.name] = pa.array(new_ids[start:stop], type=field.type)
-                elif field.name == self.vector_field:
-                    flat = pa.array(x[start:stop].ravel(), type=field.type.value_type)
-                    columns[field.name] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
-                elif field.name in values:
-                    try:
-                        columns[field.name] = pa.array(values[field.name][start:stop], type=field.type)
-                    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
-                        raise SchemaError(
-                            f"field {field.name!r} of {self.location} is a {field.type} column; its new values do not "
-                            f"fit it ({reason(err)}). Store values of that type, or use another field name."
-                        ) from err
-                elif field.nullable:
-                    columns[field.name] = pa.nulls(stop - start, type=field.type)
-                else:
-                    raise SchemaError(f"{self.location} has a non-nullable column {field.name!r}; pass it in fields=.")
-            data = pa.table(columns, schema=schema)
+            data = self._rows(schema, x[start:stop], new_ids[start:stop], values, start)
             if empty:
                 self._call("add rows", self._table.add, data)
             else:
@@ -227,6 +213,43 @@ class LanceDBStore(CollectionStore):
                 merge = merge.when_matched_update_all().when_not_matched_insert_all()
                 self._call("upsert rows", merge.execute, data)
         return self
+
+    @property
+    def _reserved(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.id_field, self.vector_field, "_distance", "_rowid")
+
+    def _rows(self, schema: Any, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]], start: int) -> Any:
+        """An Arrow table of rows ``start:start + len(x)`` in the table's ``schema`` (fields not given: null)."""
+        pa = _arrow()
+        columns = {}
+        for field in schema:
+            if field.name == self.id_field:
+                columns[field.name] = pa.array(ids, type=field.type)
+            elif field.name == self.vector_field:
+                flat = pa.array(x.ravel(), type=field.type.value_type)
+                columns[field.name] = pa.FixedSizeListArray.from_arrays(flat, self.dim)
+            elif field.name in values:
+                columns[field.name] = self._column(field, values[field.name][start : start + len(x)])
+            elif field.nullable:
+                columns[field.name] = pa.nulls(len(x), type=field.type)
+            else:
+                raise SchemaError(f"{self.location} has a non-nullable column {field.name!r}; pass it in fields=.")
+        return pa.table(columns, schema=schema)
+
+    def _column(self, field: Any, values: list[Any]) -> Any:
+        """``values`` as an Arrow array of ``field``'s type, or :class:`SchemaError` when one would not read back
+        exactly (an int in a float column, 1.5 in an int column, a value beyond the column's range)."""
+        pa = _arrow()
+        odd = next((v for v in values if not _fits(v, field.type)), None)
+        if odd is None:
+            try:
+                return pa.array(values, type=field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                pass
+        raise SchemaError(
+            f"field {field.name!r} of {self.location} is a {field.type} column; {odd!r} would not read back exactly "
+            f"from it ({type(odd).__name__}). Store values of that type, or use another field name."
+        )
 
     def _add_columns(self, values: dict[str, list[Any]]) -> Any:
         pa = _arrow()
@@ -241,11 +264,39 @@ class LanceDBStore(CollectionStore):
     def clear(self) -> None:
         self._call("delete rows", self._table.delete, "true")
 
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        expr = f"`{self.id_field}` IN ({', '.join(map(str, ids.tolist()))})"
+        rows = self._call("get rows", self._table.search().where(expr).select([self.id_field]).limit(len(ids)).to_arrow)
+        return rows[self.id_field].to_numpy()
+
+    def _check_field(self, name: str, values: list[Any]) -> None:
+        schema = self._schema()
+        pa = _arrow()
+        field = schema.field(name) if name in schema.names else pa.field(name, _arrow_type(name, values, self.location))
+        self._column(field, values)
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """A ``merge_insert`` of the id and the one column: LanceDB rewrites that column of those rows only."""
+        pa = _arrow()
+        schema = self._add_columns({name: values})
+        data = pa.table({self.id_field: pa.array(ids, type=schema.field(self.id_field).type),
+                         name: self._column(schema.field(name), values)})
+        self._call("update a column", self._table.merge_insert(self.id_field).when_matched_update_all().execute, data)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """One ``merge_insert`` that updates, inserts and deletes: one commit, so a search sees old or new rows."""
+        data = self._rows(self._add_columns(values), x, ids, values, 0)
+        merge = self._table.merge_insert(self.id_field).when_matched_update_all().when_not_matched_insert_all()
+        self._call("replace rows", merge.when_not_matched_by_source_delete().execute, data)
+
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first, scored exactly; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
         k = check_k(k)
         expr = self._where(where)
+        if expr is None:
+            return unfilled(len(q), k)
 
         def candidates(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             builder = (
@@ -312,7 +363,7 @@ class LanceDBStore(CollectionStore):
                         f"{column.null_count} row(s) of {self.location} have no value in column {f!r}; store it for "
                         "every row with add(..., fields=...)."
                     )
-                values[f] = np.array(column.to_pylist())
+                values[f] = object_column(column.to_pylist())
             ids = parse_ids(batch.column(self.id_field).to_pylist(), self.location)
             yield ids, self._vectors(batch), values
 
@@ -325,14 +376,13 @@ class LanceDBStore(CollectionStore):
         self._call("drop the table", self._client.drop_table, self.table)
 
     # ------------------------------------------------------------------ helpers
-    def _where(self, where: Where | None) -> str:
+    def _where(self, where: Where | None) -> str | None:
+        """The SQL filter of ``where``; None when it names a column the table lacks (it matches nothing)."""
         filters = check_where(where)
         if not filters:
             return ""
-        columns = self._schema().names
-        unknown = sorted(set(filters) - set(columns))
-        if unknown:
-            raise SchemaError(f"where names field(s) {unknown}, but {self.location} has columns {columns}.")
+        if set(filters) - set(self._schema().names):
+            return None
         return " AND ".join(f"`{name}` = {filter_literal(value, 'sql')}" for name, value in filters.items())
 
     def _vectors(self, table: Any) -> np.ndarray:
@@ -344,18 +394,28 @@ class LanceDBStore(CollectionStore):
 
 
 def _arrow_type(name: str, values: Sequence[Any], location: str) -> Any:
-    """Column type of a new field from its values: bool, int64, float64 or string."""
+    """Column type of a new field from its values: bool, int64, float64 or string (one kind: an int in a float64
+    column would read back as a float)."""
     pa = _arrow()
-    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else float if isinstance(v, float) else str
-             for v in values}
-    if kinds == {bool}:
-        return pa.bool_()
-    if kinds == {int}:
-        return pa.int64()
-    if kinds <= {int, float}:
-        return pa.float64()
-    if kinds == {str}:
-        return pa.string()
+    kinds = {type(v) for v in values}
+    if len(kinds) == 1:
+        return {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}[kinds.pop()]
     raise SchemaError(
-        f"field {name!r} mixes {sorted(k.__name__ for k in kinds)} values; a {location} column holds one type."
+        f"field {name!r} mixes {sorted(k.__name__ for k in kinds)} values; a {location} column holds one type, "
+        "so store one kind (e.g. 1.0 rather than 1 among floats)."
     )
+
+
+def _fits(value: Any, column: Any) -> bool:
+    """Whether ``value`` reads back from a column of Arrow type ``column`` as itself: same type, same value."""
+    pa = _arrow()
+    if isinstance(value, bool):
+        return pa.types.is_boolean(column)
+    if isinstance(value, int):
+        if not pa.types.is_integer(column):
+            return False
+        info = np.iinfo(column.to_pandas_dtype())
+        return info.min <= value <= info.max
+    if isinstance(value, float):
+        return pa.types.is_floating(column) and float(np.asarray(value, dtype=column.to_pandas_dtype())) == value
+    return pa.types.is_string(column) or pa.types.is_large_string(column)

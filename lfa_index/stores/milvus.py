@@ -30,7 +30,18 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..extras import import_extra
-from ._common import CollectionStore, check_name, check_timeout, filter_literal, reason, unfilled
+from ..index.corpus import ReadWriteLock
+from ._common import (
+    CollectionStore,
+    check_name,
+    check_timeout,
+    filter_literal,
+    generation_name,
+    is_generation,
+    reason,
+    server_address,
+    unfilled,
+)
 from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
@@ -64,6 +75,13 @@ class MilvusStore(CollectionStore):
     timeout : float, default=30.0
         Seconds allowed for each request.
 
+    Notes
+    -----
+    A collection created here is an alias of the name asked for over a collection
+    ``lfa_<digest>_<random>``, so :meth:`replace` fills a new one and switches the alias in one
+    step (searches see the old rows or the new ones); for a collection made elsewhere it upserts,
+    then deletes the others. :meth:`set_field` is Milvus's partial upsert of one field.
+
     Raises
     ------
     StoreUnavailableError
@@ -94,6 +112,7 @@ class MilvusStore(CollectionStore):
     ):
         if not isinstance(uri, str) or not uri:
             raise InvalidParameterError(f"uri must be a Milvus Lite file or a server address, got {uri!r}.")
+        server_address(uri)  # a bad port or IPv6 address: a typed error before pymilvus sees it
         check_name(collection, "collection", _NAME, _NAME_RULE)
         check_name(embedding_field, "embedding_field", _NAME, _NAME_RULE)
         if dim is not None:
@@ -102,6 +121,7 @@ class MilvusStore(CollectionStore):
         self.uri = uri
         self.collection = collection
         self.embedding_field = embedding_field
+        self._switching = ReadWriteLock()  # searches share it, replace() drops old collections alone
         pymilvus = _pymilvus()
         self._errors = (pymilvus.MilvusException, ConnectionError, OSError)
         try:
@@ -127,16 +147,23 @@ class MilvusStore(CollectionStore):
 
     # ------------------------------------------------------------------ schema
     def _create(self, dim: int) -> None:
+        """A new collection behind an alias of the name asked for, so that :meth:`replace` can switch it at once."""
+        physical = self._create_generation(dim, "id")
+        self._call("name the collection", self._client.create_alias, physical, self.collection, timeout=self.timeout)
+
+    def _create_generation(self, dim: int, pk: str) -> str:
         pymilvus = _pymilvus()
+        name = generation_name(self.collection, "_")
         schema = pymilvus.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=True)
-        schema.add_field("id", pymilvus.DataType.INT64, is_primary=True)
+        schema.add_field(pk, pymilvus.DataType.INT64, is_primary=True)
         schema.add_field(self.embedding_field, pymilvus.DataType.FLOAT_VECTOR, dim=dim)
         index_params = self._client.prepare_index_params()
         index_params.add_index(field_name=self.embedding_field, index_type="FLAT", metric_type="IP")
         self._call(
-            "create the collection", self._client.create_collection, self.collection, schema=schema,
+            "create a collection", self._client.create_collection, name, schema=schema,
             index_params=index_params, consistency_level="Strong", timeout=self.timeout,
         )
+        return name
 
     def _inspect(self, dim: int | None) -> tuple[int, str, str]:
         info = self._call(
@@ -198,16 +225,22 @@ class MilvusStore(CollectionStore):
         """Upsert rows (a row whose id is held is replaced), in requests of at most 16 MiB. Returns ``self``."""
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         new_ids = check_ids(ids, len(x))
-        values = check_fields(fields, len(x), reserved=(self._pk, self.embedding_field))
+        self._upsert(self.collection, x, new_ids, check_fields(fields, len(x), reserved=self._reserved))
+        return self
+
+    @property
+    def _reserved(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self._pk, self.embedding_field)
+
+    def _upsert(self, collection: str, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
         step = max(1, _REQUEST_BYTES // (4 * self.dim + 64))
         for start in range(0, len(x), step):
             stop = start + step
             rows = [
                 {self._pk: int(i), self.embedding_field: v, **{k: vs[start + j] for k, vs in values.items()}}
-                for j, (i, v) in enumerate(zip(new_ids[start:stop], x[start:stop]))
+                for j, (i, v) in enumerate(zip(ids[start:stop], x[start:stop]))
             ]
-            self._call("upsert rows", self._client.upsert, self.collection, rows, timeout=self.timeout)
-        return self
+            self._call("upsert rows", self._client.upsert, collection, rows, timeout=self.timeout)
 
     def clear(self) -> None:
         self._call(
@@ -224,16 +257,19 @@ class MilvusStore(CollectionStore):
         expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())
         scores, ids = unfilled(len(q), k)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
-        for start in range(0, len(q), step):
-            found = self._call(
-                "search", self._client.search, self.collection, data=q[start : start + step], limit=k,
-                filter=expr, output_fields=[self._pk], anns_field=self.embedding_field,
-                search_params={"metric_type": self.metric}, timeout=self.timeout, consistency_level="Strong",
-            )
-            for row, hits in enumerate(found, start):
-                n = len(hits.ids)
-                ids[row, :n] = hits.ids
-                scores[row, :n] = hits.distances
+        with self._switching.read():  # this client's replace() drops no collection meanwhile
+            # several requests read the collection the name stands for now: a replace() meanwhile would mix them
+            target = self._physical() if len(q) > step else self.collection
+            for start in range(0, len(q), step):
+                found = self._call(
+                    "search", self._client.search, target, data=q[start : start + step], limit=k,
+                    filter=expr, output_fields=[self._pk], anns_field=self.embedding_field,
+                    search_params={"metric_type": self.metric}, timeout=self.timeout, consistency_level="Strong",
+                )
+                for row, hits in enumerate(found, start):
+                    n = len(hits.ids)
+                    ids[row, :n] = hits.ids
+                    scores[row, :n] = hits.distances
         return scores, ids
 
     def get(self, ids: Any) -> np.ndarray:
@@ -288,8 +324,59 @@ class MilvusStore(CollectionStore):
         return sorted(names)
 
     def drop(self) -> None:
-        """Delete the whole collection (schema and index too)."""
-        self._call("drop the collection", self._client.drop_collection, self.collection, timeout=self.timeout)
+        """Delete the whole collection (schema and index too, and the collections lfa-index keeps behind its name)."""
+        if self._generation() is None:
+            self._call("drop the collection", self._client.drop_collection, self.collection, timeout=self.timeout)
+            return
+        self._call("remove the name", self._client.drop_alias, self.collection, timeout=self.timeout)
+        for name in self._generations():
+            self._call("drop the collection", self._client.drop_collection, name, timeout=self.timeout)
+
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        rows = self._call("get rows", self._client.get, self.collection, ids=ids.tolist(), output_fields=[self._pk],
+                          timeout=self.timeout, consistency_level="Strong")
+        return np.fromiter((r[self._pk] for r in rows or []), dtype=np.int64)
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """Milvus's partial upsert: only the id and the one field are sent."""
+        rows = [{self._pk: i, name: value} for i, value in zip(ids.tolist(), values)]
+        self._call("update a field", self._client.upsert, self.collection, rows, timeout=self.timeout,
+                   partial_update=True)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """Fill a new collection, then move the name to it in one alias switch (atomic: old or new rows)."""
+        current = self._generation()
+        if current is None:  # a collection made elsewhere: upsert, then delete the others (never empty)
+            self._upsert(self.collection, x, ids, values)
+            kept = ", ".join(map(str, ids.tolist()))
+            self._call("delete rows", self._client.delete, self.collection, filter=f"{self._pk} not in [{kept}]",
+                       timeout=self.timeout)
+            return
+        new = self._create_generation(self.dim, self._pk)
+
+        def fill_and_switch() -> None:
+            self._upsert(new, x, ids, values)
+            self._call("load the collection", self._client.load_collection, new, timeout=self.timeout)
+            self._call("switch collections", self._client.alter_alias, new, self.collection, timeout=self.timeout)
+
+        self._switch_generation(new, current, fill_and_switch, lambda name: self._call(
+            "drop a collection", self._client.drop_collection, name, timeout=self.timeout))
+
+    def _physical(self) -> str:
+        """The collection the name stands for now (itself, or the collection an alias names)."""
+        info = self._call("describe the collection", self._client.describe_collection, self.collection,
+                          timeout=self.timeout)
+        return info.get("collection_name", self.collection)
+
+    def _generation(self) -> str | None:
+        """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
+        physical = self._physical()
+        return physical if physical != self.collection and is_generation(physical, self.collection, "_") else None
+
+    def _generations(self) -> list[str]:
+        names = self._call("list collections", self._client.list_collections, timeout=self.timeout)
+        return [name for name in names if is_generation(name, self.collection, "_")]
 
     # ------------------------------------------------------------------ helpers
     def _rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:

@@ -22,11 +22,15 @@ import numpy as np
 from ..core.validation import check_ids, check_number
 from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
+from ..index.corpus import ReadWriteLock
 from ._common import (
     Batches,
     CollectionStore,
     check_flag,
     check_timeout,
+    generation_name,
+    grouped,
+    is_generation,
     parse_ids,
     reason,
     row_fields,
@@ -37,6 +41,7 @@ from .base import Where, check_fields, check_k, check_vectors, check_where
 
 _REQUEST_BYTES = 8 << 20  # JSON bodies well under a server's 32 MiB default limit
 _QUERIES_PER_REQUEST = 256
+_SEARCH_ATTEMPTS = 3
 _METRICS = {"Dot": "IP", "Cosine": "COSINE"}
 
 
@@ -77,6 +82,11 @@ class QdrantStore(CollectionStore):
     or a server for large corpora. Ids are Qdrant's unsigned integer ids. A ``where`` on a payload
     field no point holds matches nothing.
 
+    Replacement: a collection created here is an alias of the name asked for over a collection
+    ``lfa-<digest>-<random>``, so :meth:`replace` fills a new one and switches the alias in one
+    step (searches see the old points or the new ones); the previous one is dropped at the next
+    replace. For a collection made elsewhere, :meth:`replace` upserts, then deletes the others.
+
     Raises
     ------
     StoreUnavailableError
@@ -114,6 +124,7 @@ class QdrantStore(CollectionStore):
         self.timeout = check_timeout(timeout)
         self.vector_name = vector_name
         self.hnsw_ef = hnsw_ef
+        self._switching = ReadWriteLock()  # searches share it, replace() switches and drops collections alone
         qdrant = _qdrant()
         self._models = qdrant.models
         self._server = server_address(self.uri) is not None
@@ -148,9 +159,19 @@ class QdrantStore(CollectionStore):
 
     # ------------------------------------------------------------------ schema
     def _create(self, dim: int) -> None:
+        """A new collection behind an alias of the name asked for, so that :meth:`replace` can switch it at once."""
+        physical = self._create_generation(dim)
+        operation = self._models.CreateAliasOperation(
+            create_alias=self._models.CreateAlias(collection_name=physical, alias_name=self.collection)
+        )
+        self._call("name the collection", self._client.update_collection_aliases, change_aliases_operations=[operation])
+
+    def _create_generation(self, dim: int) -> str:
+        name = generation_name(self.collection, "-")
         params = self._models.VectorParams(size=dim, distance=self._models.Distance.DOT)
         config = params if self.vector_name is None else {self.vector_name: params}
-        self._call("create the collection", self._client.create_collection, self.collection, vectors_config=config)
+        self._call("create a collection", self._client.create_collection, name, vectors_config=config)
+        return name
 
     def _inspect(self, dim: int | None) -> tuple[int, str]:
         info = self._call("describe the collection", self._client.get_collection, self.collection)
@@ -193,18 +214,20 @@ class QdrantStore(CollectionStore):
         """Upsert points (a point whose id is held is replaced, payload included). Returns ``self``."""
         x = check_vectors(vectors, dim=self.dim, location=self.location)
         new_ids = check_ids(ids, len(x))
-        values = check_fields(fields, len(x), reserved=())
+        self._upsert(self.collection, x, new_ids, check_fields(fields, len(x), reserved=()))
+        return self
+
+    def _upsert(self, collection: str, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
         step = max(1, _REQUEST_BYTES // (12 * self.dim + 64))
         for start in range(0, len(x), step):
             stop = min(start + step, len(x))
             rows = x[start:stop].tolist()
             batch = self._models.Batch(
-                ids=new_ids[start:stop].tolist(),
+                ids=ids[start:stop].tolist(),
                 vectors=rows if self.vector_name is None else {self.vector_name: rows},
                 payloads=row_fields(values, start, stop),
             )
-            self._call("upsert points", self._client.upsert, self.collection, points=batch, wait=True)
-        return self
+            self._call("upsert points", self._client.upsert, collection, points=batch, wait=True)
 
     def clear(self) -> None:
         selector = self._models.FilterSelector(filter=self._models.Filter())
@@ -222,19 +245,38 @@ class QdrantStore(CollectionStore):
         params = None
         if self._server:
             params = models.SearchParams(exact=self.exact, hnsw_ef=None if self.exact else self.hnsw_ef)
-        scores, ids = unfilled(len(q), k)
-        for start in range(0, len(q), _QUERIES_PER_REQUEST):
-            requests = [
-                models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
-                                    with_payload=False, with_vector=False)
-                for row in q[start : start + _QUERIES_PER_REQUEST].tolist()
-            ]
-            found = self._call("search", self._client.query_batch_points, self.collection, requests=requests)
+        requests = [models.QueryRequest(query=row, limit=k, filter=flt, params=params, using=self.vector_name,
+                                        with_payload=False, with_vector=False) for row in q.tolist()]
+        # every request of one search reads one collection: a replace() that switches the name meanwhile (local
+        # mode resolves it per query, a server per request) would mix old and new points
+        for attempt in range(_SEARCH_ATTEMPTS):
+            with self._switching.read():  # this client's replace() drops no collection meanwhile
+                target = self._target() if self._mixes(len(q)) else self.collection
+                try:
+                    return self._search(target, requests, k)
+                except (SchemaError, StoreUnavailableError):
+                    if target == self.collection or attempt == _SEARCH_ATTEMPTS - 1:
+                        raise  # another client's replace dropped it: read the collection the name stands for now
+
+    def _search(self, collection: str, requests: list[Any], k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, ids = unfilled(len(requests), k)
+        for start in range(0, len(requests), _QUERIES_PER_REQUEST):
+            part = requests[start : start + _QUERIES_PER_REQUEST]
+            found = self._call("search", self._client.query_batch_points, collection, requests=part)
             for row, response in enumerate(found, start):
                 points = response.points
                 ids[row, : len(points)] = parse_ids([p.id for p in points], self.location)
                 scores[row, : len(points)] = [p.score for p in points]
         return scores, ids
+
+    def _mixes(self, n_queries: int) -> bool:
+        """Whether a search of ``n_queries`` could read two collections behind one name."""
+        return not self._server or n_queries > _QUERIES_PER_REQUEST
+
+    def _target(self) -> str:
+        """The collection the name stands for now (itself, or the collection an alias names)."""
+        aliases = self._call("list aliases", self._client.get_aliases).aliases
+        return next((a.collection_name for a in aliases if a.alias_name == self.collection), self.collection)
 
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
@@ -276,6 +318,65 @@ class QdrantStore(CollectionStore):
             names.update(key for p in points for key in (p.payload or {}))
             if offset is None:
                 return sorted(names)
+
+    def drop(self) -> None:
+        """Delete the whole collection (with the collections lfa-index keeps behind its name)."""
+        current = self._generation()
+        if current is None:
+            return super().drop()
+        operation = self._models.DeleteAliasOperation(delete_alias=self._models.DeleteAlias(alias_name=self.collection))
+        self._call("remove the name", self._client.update_collection_aliases, change_aliases_operations=[operation])
+        for name in self._generations():
+            self._call("drop the collection", self._client.delete_collection, name)
+
+    # ------------------------------------------------------------------ writes of one field, replacement
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        points = self._call("retrieve points", self._client.retrieve, self.collection, ids=ids.tolist(),
+                            with_payload=False, with_vectors=False)
+        return parse_ids([p.id for p in points], self.location)
+
+    def _set_field(self, ids: np.ndarray, name: str, values: list[Any]) -> None:
+        """One ``set_payload`` per distinct value (Qdrant's partial update of payloads), in one request."""
+        models = self._models
+        operations = [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload={name: value}, points=points))
+            for value, points in grouped(ids, values)
+        ]
+        self._call("set a payload field", self._client.batch_update_points, self.collection,
+                   update_operations=operations, wait=True)
+
+    def _replace(self, x: np.ndarray, ids: np.ndarray, values: dict[str, list[Any]]) -> None:
+        """Fill a new collection, then point the name at it in one alias switch (atomic: old or new points)."""
+        models = self._models
+        current = self._generation()
+        if current is None:  # a collection made elsewhere: upsert, then delete the others (never empty)
+            self._upsert(self.collection, x, ids, values)
+            others = models.Filter(must_not=[models.HasIdCondition(has_id=ids.tolist())])
+            self._call("delete points", self._client.delete, self.collection,
+                       points_selector=models.FilterSelector(filter=others), wait=True)
+            return
+        new = self._create_generation(self.dim)
+        name = self.collection
+        switch = [
+            models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=name)),
+            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=new, alias_name=name)),
+        ]
+
+        def fill_and_switch() -> None:
+            self._upsert(new, x, ids, values)
+            self._call("switch collections", self._client.update_collection_aliases, change_aliases_operations=switch)
+
+        self._switch_generation(new, current, fill_and_switch, lambda old: self._call(
+            "drop a collection", self._client.delete_collection, old))
+
+    def _generation(self) -> str | None:
+        """The collection lfa-index keeps behind this name, or None (the name is a collection, or another alias)."""
+        target = self._target()
+        return target if target in self._generations() else None
+
+    def _generations(self) -> list[str]:
+        names = [c.name for c in self._call("list collections", self._client.get_collections).collections]
+        return [name for name in names if is_generation(name, self.collection, "-")]
 
     # ------------------------------------------------------------------ helpers
     @property

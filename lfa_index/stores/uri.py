@@ -37,7 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import CollectionNotFoundError, DimensionMismatchError, LFAIndexError, StoreURIError
+from ..errors import (
+    CollectionNotFoundError,
+    DimensionMismatchError,
+    InvalidParameterError,
+    LFAIndexError,
+    StoreURIError,
+)
+from ._common import check_name, server_address
 from .base import VectorStore
 from .chroma import ChromaStore
 from .faiss_store import FaissStore
@@ -50,6 +57,8 @@ URI_EXAMPLES = (
     "faiss:./vectors_faiss, milvus:./vectors.db#images, milvus:http://host:19530#images, qdrant::memory:#images, "
     "qdrant:./qdrant_dir#images, chroma:./chroma_dir#images, lancedb:./lance_dir#images"
 )
+_FAISS_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}"
+_FAISS_NAME_RULE = "1 to 255 letters, digits, '_', '-' or '.', not starting with '.' (a folder directly inside DIR)"
 CREDENTIALS = {"milvus": "MILVUS_TOKEN", "qdrant": "QDRANT_API_KEY", "lancedb": "LANCEDB_API_KEY"}
 URI_FORMS = """store URI forms (SCHEME:LOCATION#COLLECTION; the collection after the last '#'):
   faiss:DIR[#NAME]                                 a FAISS store saved in directory DIR (or DIR/NAME)
@@ -93,10 +102,19 @@ def parse_store_uri(uri: Any) -> StoreURI:
         )
     if not location:
         raise StoreURIError(f"store URI {uri!r} names no location after '{scheme}:'; e.g. {_example(scheme)}.")
+    try:
+        server_address(location)  # a bad port or IPv6 address, whichever engine
+    except InvalidParameterError as err:
+        raise StoreURIError(f"store URI {uri!r}: {err}") from err
     if hash_sign and not collection:
         raise StoreURIError(
             f"store URI {uri!r} ends with '#' but names no collection after it; write '{scheme}:{location}#NAME'."
         )
+    if scheme == "faiss" and collection:  # one directory inside DIR: never '../x' or '/abs', which lead out of it
+        try:
+            check_name(collection, "a FAISS store name (after '#')", _FAISS_NAME, _FAISS_NAME_RULE)
+        except InvalidParameterError as err:
+            raise StoreURIError(f"store URI {uri!r}: {err}") from err
     return StoreURI(scheme, location, collection or None)
 
 
@@ -183,8 +201,8 @@ def _open_faiss(location: str, name: str | None, dim: int | None, options: dict[
             "a FAISS store URI names a directory (faiss:DIR); for an in-process store use FaissStore(dim) in Python."
         )
     path = Path(_local(location))
-    if name is not None:
-        path = path / name
+    if name is not None:  # a name given apart from the URI: checked as parse_store_uri checks one after '#'
+        path = path / check_name(name, "a FAISS store name", _FAISS_NAME, _FAISS_NAME_RULE)
     if path.is_dir() and any(path.iterdir()):
         store = FaissStore.load(path)
         if dim is not None and store.dim != int(dim):

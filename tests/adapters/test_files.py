@@ -101,8 +101,8 @@ def test_parquet_errors_name_the_problem(tmp_path):
         load_embeddings(tmp_path / "nocol.parquet", embeddings_key="score")
 
 
-@pytest.mark.parametrize("factory", ["Flat", "IVF2,Flat", "IDMap,Flat", "HNSW8"])
-def test_faiss_index_gives_back_its_vectors(tmp_path, factory):
+@pytest.mark.parametrize("factory", ["Flat", "IDMap,Flat", "IDMap2,Flat", "IVF2,Flat", "HNSW8"])
+def test_a_flat_faiss_index_gives_back_its_vectors_and_other_kinds_are_refused(tmp_path, factory):
     faiss = pytest.importorskip("faiss")
     x = np.random.default_rng(1).normal(size=(200, 8)).astype(np.float32)
     index = faiss.index_factory(8, factory)
@@ -112,6 +112,10 @@ def test_faiss_index_gives_back_its_vectors(tmp_path, factory):
     else:
         index.add(x)
     faiss.write_index(index, str(tmp_path / "i.faiss"))
+    if not factory.endswith("Flat") or factory.startswith("IVF"):  # only flat storage is read: checked from the header
+        with pytest.raises(FileFormatError, match="not a flat FAISS index"):
+            load_embeddings(tmp_path / "i.faiss")
+        return
     emb, labels = load_embeddings(tmp_path / "i.faiss")
     assert labels is None
     np.testing.assert_allclose(emb, unit(x), atol=1e-5)
@@ -122,7 +126,7 @@ def test_faiss_index_without_vectors_is_refused(tmp_path):
     index = faiss.IndexLSH(8, 16)
     index.add(np.ones((3, 8), np.float32))
     faiss.write_index(index, str(tmp_path / "lsh.index"))
-    with pytest.raises(FileFormatError, match="cannot give back"):
+    with pytest.raises(FileFormatError, match="not a flat FAISS index"):
         load_embeddings(tmp_path / "lsh.index")
 
 
