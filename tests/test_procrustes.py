@@ -196,7 +196,8 @@ def test_identity_evidence_is_a_z_score_under_class_permutations():
     sims = x @ protos.T
     z = (sims - sims.mean(1, keepdims=True)) / sims.std(1, keepdims=True)
     import itertools
-    null = np.array([z[np.arange(len(y)), np.asarray(perm)[y]].sum() for perm in itertools.permutations(range(n_classes))])
+    perms = itertools.permutations(range(n_classes))
+    null = np.array([z[np.arange(len(y)), np.asarray(perm)[y]].sum() for perm in perms])
     observed = z[np.arange(len(y)), y].sum()
     expected = (observed - null.mean()) / null.std()
     assert abs(null.mean()) < 1e-9

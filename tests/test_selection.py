@@ -383,7 +383,8 @@ def gap_problem(seed, n_classes=40, shots=4, d=48, n_test=20):
 
     def draw(n):
         labels = np.repeat(np.arange(n_classes), n)
-        return normalize(protos[labels] + offset + 0.4 * rng.standard_normal((len(labels), d))).astype(np.float32), labels
+        rows = normalize(protos[labels] + offset + 0.4 * rng.standard_normal((len(labels), d)))
+        return rows.astype(np.float32), labels
 
     return draw(shots), draw(n_test), protos.astype(np.float32)
 

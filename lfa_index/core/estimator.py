@@ -202,7 +202,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         "precision": [("float32", "bf16-mixed")],
         "warm_start": [(True, False)],
         "device": [str],
-        "random_state": [None, Interval(0, None, integer=True)],
+        "random_state": [None, Interval(0, 2**32 - 1, integer=True)],  # numpy's seed range
         "verbose": [(True, False)],
     }
     """What each parameter may be (checked at :meth:`fit`)."""

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..arrays import CHUNK_ROWS, MAPPINGS, Mapping, l2_normalize
-from ..errors import DimensionMismatchError, NotFittedError, ShapeError
-from .validation import check_choice, check_embeddings
+from ..errors import DimensionMismatchError, NotFittedError
+from .validation import check_choice, check_embeddings, weighted_accuracy
 
 FITTED_ARRAYS: tuple[str, ...] = (
     "W_", "W_tt_", "W_ema_", "W_avg_", "prototypes_", "intercept_", "text_prototypes_", "feature_mean_",
@@ -149,20 +149,7 @@ class AlignedClassifierMixin:
 
     def score(self, X: Any, y: Any, sample_weight: Any = None, mapping: Mapping = "task") -> float:
         """Top-1 accuracy of :meth:`predict` on ``(X, y)`` (labels from ``classes_``)."""
-        pred = self.predict(X, mapping)
-        truth = np.asarray(y)
-        if truth.ndim != 1 or len(truth) != len(pred):
-            raise ShapeError(f"y must be 1-D with one label per row of X ({len(pred)}), got shape {truth.shape}.")
-        right = (pred == truth).astype(np.float64)
-        if sample_weight is None:
-            return float(right.mean())
-        weights = np.asarray(sample_weight, dtype=np.float64)
-        if weights.shape != right.shape or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
-            raise ShapeError(
-                f"sample_weight must be {len(right)} finite non-negative weights with a positive sum, got shape "
-                f"{weights.shape}; pass one weight per row of X."
-            )
-        return float(np.sum(weights * right) / np.sum(weights))
+        return weighted_accuracy(self.predict(X, mapping), y, sample_weight)
 
     # ------------------------------------------------------------------ state
     def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -269,3 +269,23 @@ def _describe(allowed: Sequence[Any]) -> str:
         else:
             parts.append(f"a {getattr(constraint, '__name__', constraint)}")
     return " or ".join(parts)
+
+
+def weighted_accuracy(predicted: np.ndarray, truth: Any, sample_weight: Any) -> float:
+    """Share of ``predicted`` labels equal to ``truth``, weighted by ``sample_weight`` (None: all equal).
+
+    Raises :class:`ShapeError` unless ``truth`` holds one label per prediction and ``sample_weight``
+    one finite non-negative weight per prediction, with a positive sum."""
+    truth = np.asarray(truth)
+    if truth.ndim != 1 or len(truth) != len(predicted):
+        raise ShapeError(f"y must be 1-D with one label per row of X ({len(predicted)}), got shape {truth.shape}.")
+    right = (predicted == truth).astype(np.float64)
+    if sample_weight is None:
+        return float(right.mean())
+    weights = as_real_array(sample_weight, "sample_weight").astype(np.float64)
+    if weights.shape != right.shape or not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
+        raise ShapeError(
+            f"sample_weight must be {len(right)} finite non-negative weights with a positive sum, got shape "
+            f"{weights.shape}; pass one weight per row of X."
+        )
+    return float(np.sum(weights * right) / np.sum(weights))

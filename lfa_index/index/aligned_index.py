@@ -14,7 +14,7 @@ import numpy as np
 from ..arrays import MAPPINGS, Mapping
 from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
-from ..core.validation import check_embeddings, check_number, validate_params
+from ..core.validation import check_embeddings, check_number, validate_params, weighted_accuracy
 from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
 from .calibration import check_reject_below, quantile_threshold, support_scores
@@ -25,7 +25,7 @@ from .export import StoreExportMixin
 from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
 from .maps import query_maps
-from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix, weighted_accuracy
+from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
