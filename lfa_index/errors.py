@@ -58,6 +58,10 @@ class DimensionMismatchError(InvalidInputError):
     """Two embedding spaces have different dimensions where they must agree."""
 
 
+class MemoryLimitError(InvalidInputError, MemoryError):
+    """A fit would need more memory than the limit allows (``$LFA_INDEX_MEMORY_LIMIT`` or 80 % of RAM)."""
+
+
 class LabelError(InvalidInputError):
     """Labels are not integers in ``0 .. n_classes - 1`` (or not known class names)."""
 

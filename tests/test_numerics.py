@@ -51,3 +51,23 @@ def test_lfa_and_the_index_refuse_the_same_inputs(problem):
         for call in (index.predict, index.lfa_.predict):
             with pytest.raises(error):
                 call(bad)
+
+
+def test_a_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypatch):
+    """20,000 classes of one 16-d row fit in a bounded footprint; a width whose d × d maps exceed the
+    limit is refused up front, with a typed error naming the limit."""
+    from lfa_index import LFA, MemoryLimitError
+    from lfa_index.core.memory import fit_memory
+
+    small = fit_memory(20_000, 1, 16, 20_000)
+    assert small < 2**30  # scores over 20,000 × 20,000 are taken in blocks of rows: well under 1 GiB
+    step = fit_memory(20_000, 1, 16, 40_000) - small  # classes cost O(C·d), not O(C²): linear in C
+    assert fit_memory(20_000, 1, 16, 60_000) - fit_memory(20_000, 1, 16, 40_000) == step < 2**25
+    monkeypatch.setenv("LFA_INDEX_MEMORY_LIMIT", "64M")
+    x = np.zeros((4, 4096), dtype=np.float32)
+    x[:, :4] = np.eye(4)
+    with pytest.raises(MemoryLimitError, match=r"LFA_INDEX_MEMORY_LIMIT=64M.*raise \$LFA_INDEX_MEMORY_LIMIT"):
+        LFA(steps=0).fit(x, [0, 1, 2, 3], x)
+    monkeypatch.setenv("LFA_INDEX_MEMORY_LIMIT", "lots")
+    with pytest.raises(ValueError, match="not a size"):
+        LFA(steps=0).fit(x, [0, 1, 2, 3], x)

@@ -202,9 +202,9 @@ def test_identity_evidence_is_a_z_score_under_class_permutations():
     expected = (observed - null.mean()) / null.std()
     assert abs(null.mean()) < 1e-9
     assert identity_evidence(f32(x), torch.tensor(y), f32(protos)) == pytest.approx(expected, rel=1e-4)
-    import lfa_index.core.beta as beta_module
+    import lfa_index.core.config as config
     small_blocks = pytest.MonkeyPatch()
-    small_blocks.setattr(beta_module, "SCORE_BLOCK", 7)  # one class per block
+    small_blocks.setattr(config, "SCORE_BLOCK", 7)  # one class per block
     try:
         assert identity_evidence(f32(x), torch.tensor(y), f32(protos)) == pytest.approx(expected, rel=1e-4)
     finally:

@@ -28,14 +28,14 @@ import torch
 from scipy.stats import binomtest, norm
 from sklearn.model_selection import KFold
 
+from . import config
+from .config import row_blocks
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 
 BETA_GRID: tuple[float, ...] = tuple(float(b) for b in np.round(np.linspace(0.0, 1.0, 21), 2))
 ALPHA = 0.05
 IDENTITY_ALPHA = 1e-3
 """Level of the test that the identity carries information (see :func:`identity_is_informative`)."""
-SCORE_BLOCK = 1 << 22
-"""Scores (rows × classes) held in memory at once by the tests over all classes."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def identity_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.T
     x, labels = x[order], labels[order]
     counts = torch.bincount(labels, minlength=n_classes).tolist()
     starts = np.concatenate([[0], np.cumsum(counts)])
-    block = max(1, SCORE_BLOCK // n_classes)  # classes per block: about SCORE_BLOCK scores in memory
+    block = max(1, config.SCORE_BLOCK // n_classes)  # classes per block: about SCORE_BLOCK scores in memory
     p = prototypes.double()
     trace = squares = 0.0
     column = torch.zeros(n_classes, dtype=torch.float64, device=x.device)
@@ -123,19 +123,16 @@ def grid_hits(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor,
               splits: Sequence[tuple[np.ndarray, np.ndarray]], betas: Sequence[float]) -> list[np.ndarray]:
     """Held-out hits of every β, one (n_betas, n_val) bool array per split.
 
-    One SVD per split gives W_op on the training rows. ``W_β = (1−β)W_op + βI``, so the validation
-    logits are ``(1−β)·(X W_op)Yᵀ + β·XYᵀ`` and the whole grid costs two matrix products.
+    One Procrustes per split gives W_op on the training rows. ``W_β = (1−β)W_op + βI``, so the
+    validation logits are ``(1−β)·(X W_op)Yᵀ + β·XYᵀ`` and the whole grid costs two matrix products
+    (in blocks of rows, see :func:`~lfa_index.core.config.row_blocks`).
     """
-    grid = torch.as_tensor(np.asarray(betas), dtype=x.dtype, device=x.device).view(-1, 1, 1)
     out = []
     for train_idx, val_idx in splits:
         tr = torch.as_tensor(train_idx, device=x.device)
         va = torch.as_tensor(val_idx, device=x.device)
         w_op = orthogonal_procrustes(x[tr], prototypes[labels[tr]])
-        logits_op = (x[va] @ w_op) @ prototypes.T
-        logits_id = x[va] @ prototypes.T
-        pred = ((1 - grid) * logits_op + grid * logits_id).argmax(dim=2)
-        out.append(pred.eq(labels[va]).cpu().numpy())
+        out.append(_grid_predictions(x[va], prototypes, w_op, betas, None, None) == labels[va].cpu().numpy())
     return out
 
 
@@ -296,7 +293,11 @@ def select_new_class_map(
 def _grid_predictions(x: torch.Tensor, prototypes: torch.Tensor, w_op: torch.Tensor, betas: Sequence[float],
                       left: torch.Tensor | None, right: torch.Tensor | None) -> np.ndarray:
     """Nearest prototype (n_betas, n) of rows ``x`` under ``left · W_β · right`` for every β of the grid."""
-    rows = x if left is None else x @ left
     target = prototypes if right is None else prototypes @ right.T
     grid = torch.as_tensor(np.asarray(betas), dtype=x.dtype, device=x.device).view(-1, 1, 1)
-    return ((1 - grid) * ((rows @ w_op) @ target.T) + grid * (rows @ target.T)).argmax(dim=2).cpu().numpy()
+    out = np.empty((len(betas), len(x)), dtype=np.int64)
+    for block in row_blocks(len(x), len(betas) * target.shape[0]):  # (β, rows, classes) a block at a time
+        rows = x[block] if left is None else x[block] @ left
+        logits = (1 - grid) * ((rows @ w_op) @ target.T) + grid * (rows @ target.T)
+        out[:, block] = logits.argmax(dim=2).cpu().numpy()
+    return out

@@ -19,6 +19,15 @@ CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
 """Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
 SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
 """The support side of a hybrid prototype (see :mod:`~lfa_index.core.prototypes`)."""
+SCORE_BLOCK = 1 << 22
+"""Scores (rows × classes) a fit holds at once: what grows with rows *and* classes goes in blocks of rows."""
+
+
+def row_blocks(n_rows: int, per_row: int, block: int | None = None) -> list[slice]:
+    """Slices of ``n_rows`` rows, each holding about ``block`` (default :data:`SCORE_BLOCK`) values at
+    ``per_row`` values per row (at least one row per slice)."""
+    size = max(1, (SCORE_BLOCK if block is None else block) // max(1, per_row))
+    return [slice(start, min(n_rows, start + size)) for start in range(0, n_rows, size)]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ..errors import (
     MissingExtraError,
 )
 from .config import BLEND_SHARE_OUTVOTED, CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
+from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin
 from .targets import encode_targets
@@ -387,6 +388,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
             )
+        widths = (x_np.shape[-1], p_np.shape[1])
+        width = widths[0] if widths[0] == widths[1] else \
+            (min(widths) if self._projection_kind(*widths) == "shrink" else max(widths))
+        check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
         # a fresh seed without touching torch's global generator (the caller's seeded code stays seeded)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         gen, coin = torch.Generator(device=device), torch.Generator()
@@ -462,7 +467,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 f"image embeddings have {d_img} dimensions but prototypes have {d_txt}; set projection='auto' "
                 "to bridge them with a seeded random projection, or embed both with models of the same width."
             )
-        kind = "widen" if self.projection == "auto" else self.projection
+        kind = self._projection_kind(d_img, d_txt)
         image_wider = d_img > d_txt
         if kind == "shrink":
             side, d_in, d_out = ("image", d_img, d_txt) if image_wider else ("text", d_txt, d_img)
@@ -472,6 +477,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             self.projection_ = isometric_embedding_matrix(d_in, d_out, seed)
         self.projection_side_ = side
         self.projection_kind_ = kind
+
+    def _projection_kind(self, d_img: int, d_txt: int) -> str:
+        """How differing widths are bridged: "widen" or "shrink" (``projection="auto"``: "widen")."""
+        return "widen" if self.projection == "auto" else str(self.projection)
 
     def _affine_queries(self) -> bool:
         """Whether queries reach W by an affine map (needed for centring and class biases)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .config import row_blocks
+
 
 class _PickedCosines(torch.autograd.Function):
     """``cos(mapped_i, p_j)`` for the few prototypes ``j = wanted[i]`` of each row, from their dot products.
@@ -55,7 +57,7 @@ def arerank_loss(
     *,
     k: int = 3,
     scale: float = 4.0,
-    prototype_gram: torch.Tensor | None = None,
+    margin_gradient: bool = True,
 ) -> torch.Tensor:
     """Mean ARerank loss of the mapped rows ``x_i W`` against the class prototypes.
 
@@ -66,27 +68,33 @@ def arerank_loss(
     labels : (n,) int64 tensor, the class of each row.
     k : number of nearest prototypes in the re-ranking term (paper: 3).
     scale : s in the adaptive margin ``(1 − y_ciᵀ y_j)/s`` (paper: 4).
-    prototype_gram : optional precomputed ``normalize(Y) normalize(Y)ᵀ`` (C, C).
+    margin_gradient : let gradients reach the prototypes through the margins (False: the margins
+        follow the prototypes as constants, as refinement with trained prototypes has them).
 
     One (n, C) product of the unnormalised rows finds the k nearest prototypes (row scaling does
     not change the order) and gives the dot products of the true and the k nearest; only those
-    k + 1 cosines carry gradients, so the backward pass costs O(n·k·d) instead of O(n·C·d).
+    k + 1 cosines carry gradients, so the backward pass costs O(n·k·d) instead of O(n·C·d). The
+    product is taken in blocks of rows (:func:`~lfa_index.core.config.row_blocks`), and the margins
+    from the k gathered prototype pairs, so memory stays O(n·k + block) whatever C is.
     """
     p = F.normalize(prototypes, dim=1)
-    if prototype_gram is None:
-        prototype_gram = p @ p.T
-    n = mapped.shape[0]
     c = p.shape[0]
     k = min(k, c)
     with torch.no_grad():
-        dots = mapped.detach() @ p.detach().T  # (n, C)
-        idx = dots.topk(k, dim=1).indices  # (n, k)
+        idx = torch.empty(mapped.shape[0], k, dtype=torch.long, device=mapped.device)
+        picked = torch.empty(mapped.shape[0], k + 1, dtype=torch.float32 if mapped.dtype == torch.bfloat16
+                             else mapped.dtype, device=mapped.device)
+        detached, unit = mapped.detach(), p.detach()
+        for rows in row_blocks(mapped.shape[0], c):
+            dots = detached[rows] @ unit.T  # (block, C)
+            idx[rows] = dots.topk(k, dim=1).indices
+            picked[rows] = dots.gather(1, torch.cat([labels[rows].unsqueeze(1), idx[rows]], dim=1)).to(picked.dtype)
         wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)  # (n, 1 + k)
-        picked = dots.gather(1, wanted)
+    # m_ij = (1 − y_ciᵀ y_j)/s from the gathered pairs (no C × C Gram matrix)
+    paired = p if margin_gradient else p.detach()
+    margins = (1.0 - (paired[labels].unsqueeze(1) * paired[idx]).sum(dim=2)) / scale
     cosines = _PickedCosines.apply(mapped, p, wanted, picked.to(mapped.dtype))
     # Unit vectors: ||z − y|| = sqrt(2 − 2 zᵀy).
     distances = torch.sqrt(torch.clamp(2.0 - 2.0 * cosines, min=1e-12))
     d_pos, d_neg = distances[:, :1], distances[:, 1:]
-    margins = prototype_gram.reshape(-1).index_select(0, (labels.unsqueeze(1) * c + idx).reshape(-1))
-    margins = (1.0 - margins.view(n, k).to(d_neg.dtype)) / scale
-    return torch.clamp(d_pos - d_neg + margins, min=0).mean()
+    return torch.clamp(d_pos - d_neg + margins.to(d_neg.dtype), min=0).mean()

@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .config import BLEND_SHARE
+from .config import BLEND_SHARE, row_blocks
 
 SupportKind = Literal["mean", "discriminant"]
 
@@ -122,9 +122,21 @@ def hybrid_prototypes(
 
 
 def score_spread(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Tensor | None) -> torch.Tensor:
-    """Standard deviation of the row-centred scores ``z qᵀ + b`` (a classifier's score scale)."""
-    scores = class_scores(z.to(prototypes.dtype), prototypes, intercept)
-    return (scores - scores.mean(dim=1, keepdim=True)).std()
+    """Standard deviation of the row-centred scores ``z qᵀ + b`` (a classifier's score scale).
+
+    Summed over blocks of rows (:func:`~lfa_index.core.config.row_blocks`), so no (n, C) matrix is held.
+    """
+    total = torch.zeros((), dtype=torch.float64, device=z.device)
+    squares = torch.zeros((), dtype=torch.float64, device=z.device)
+    for rows in row_blocks(len(z), prototypes.shape[0]):
+        scores = class_scores(z[rows].to(prototypes.dtype), prototypes, intercept).double()
+        centred = scores - scores.mean(dim=1, keepdim=True)
+        total += centred.sum()
+        squares += (centred * centred).sum()
+    count = len(z) * prototypes.shape[0]
+    if count < 2:
+        return torch.zeros((), dtype=prototypes.dtype, device=z.device)
+    return ((squares - total * total / count) / (count - 1)).clamp(min=0).sqrt().to(prototypes.dtype)
 
 
 def blend_weight(spread_chosen: float, spread_discriminant: float, share: float) -> float:

@@ -165,7 +165,6 @@ class _Refinement:
         self.keep = 1.0 - config.dropout
         self.mixed = config.precision == "bf16-mixed"
         self.train_prototypes = train_prototypes
-        self.gram = prototypes @ prototypes.T
         device = x.device
         n = x.shape[0]
         self.multi_view = x.ndim == 3
@@ -198,14 +197,11 @@ class _Refinement:
         return self.x.index_select(0, rows), self.labels.index_select(0, rows)
 
     def _loss(self, batch, batch_labels):
-        prototypes, gram = self.prototypes, self.gram
-        if self.trained is not None:
-            prototypes = torch.nn.functional.normalize(self.trained, dim=1)
-            with torch.no_grad():  # the adaptive margins follow the prototypes, without a gradient
-                gram = prototypes @ prototypes.T
+        # trained prototypes: the adaptive margins follow them (arerank_loss takes them without a gradient)
+        prototypes = self.prototypes if self.trained is None else torch.nn.functional.normalize(self.trained, dim=1)
         with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.mixed, cache_enabled=False):
             return arerank_loss(batch @ self.w, prototypes, batch_labels, k=self.config.k,
-                                scale=self.config.margin_scale, prototype_gram=gram)
+                                scale=self.config.margin_scale, margin_gradient=False)
 
     def _optimizer(self, params, lr) -> torch.optim.AdamW:
         settings = dict(lr=lr, weight_decay=self.config.weight_decay, betas=(0.9, 0.999), eps=1e-8)

@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from sklearn.model_selection import StratifiedKFold
 
 from .beta import significantly_better
-from .config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig  # noqa: F401
+from .config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig, row_blocks  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import (
@@ -293,28 +293,28 @@ def cross_fitted_evidence(
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
                         supports = {kind: support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
                                     for kind in kinds if any(mix > 0 for mix in mixes)}
-                        if blend:  # the discriminant alone (λ = 1), the other side of every served classifier
-                            discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
-                                                      supports.get("discriminant"))
-                            discriminant_val = class_scores(aligned_val, *discriminant)
-                            discriminant_spread = float(score_spread(aligned_train, *discriminant))
-                        for kind in kinds:
-                            for mix in mixes:
+                        discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
+                                                  supports.get("discriminant")) if blend else None
+                        discriminant_spread = float(score_spread(aligned_train, *discriminant)) if blend else 0.0
+                        hybrids = {(kind, mix): classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
+                                   for kind in kinds for mix in mixes}
+                        # scores are linear in (q, b): the served average scores as the average of scores
+                        weights = {key: {share: blend_weight(float(score_spread(aligned_train, *hybrid)),
+                                                             discriminant_spread, share) for share in shares}
+                                   for key, hybrid in hybrids.items()} if blend else {}
+                        for block in row_blocks(len(val_idx), prototypes.shape[0]):  # (rows, classes) in blocks
+                            rows, truth = val_idx[block], y_val[block]
+                            discriminant_val = class_scores(aligned_val[block], *discriminant) if blend else None
+                            for (kind, mix), hybrid in hybrids.items():
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
-                                hybrid = classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
-                                hybrid_val = class_scores(aligned_val, *hybrid)
+                                hybrid_val = class_scores(aligned_val[block], *hybrid)
                                 best, predicted = hybrid_val.max(dim=1)
-                                hits[row, val_idx] = predicted.eq(y_val).cpu().numpy()
-                                best_scores[row, val_idx] = (best / norms).cpu().numpy()
-                                if not blend:
-                                    continue
-                                # scores are linear in (q, b): the served average scores as the average of scores
-                                hybrid_spread = float(score_spread(aligned_train, *hybrid))
-                                for share in shares:
-                                    w = blend_weight(hybrid_spread, discriminant_spread, share)
+                                hits[row, rows] = predicted.eq(truth).cpu().numpy()
+                                best_scores[row, rows] = (best / norms[block]).cpu().numpy()
+                                for share, w in weights.get((kind, mix), {}).items():
                                     best, predicted = ((1 - w) * hybrid_val + w * discriminant_val).max(dim=1)
-                                    served_hits[share][row, val_idx] = predicted.eq(y_val).cpu().numpy()
-                                    served_scores[share][row, val_idx] = (best / norms).cpu().numpy()
+                                    served_hits[share][row, rows] = predicted.eq(truth).cpu().numpy()
+                                    served_scores[share][row, rows] = (best / norms[block]).cpu().numpy()
 
             if 0 in marks:
                 score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
