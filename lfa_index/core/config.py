@@ -19,7 +19,7 @@ CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
 """Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
 SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
 """The support side of a hybrid prototype (see :mod:`~lfa_index.core.prototypes`)."""
-SCORE_BLOCK = 1 << 22
+SCORE_BLOCK = 1 << 24
 """Scores (rows × classes) a fit holds at once: what grows with rows *and* classes goes in blocks of rows."""
 
 

@@ -50,6 +50,24 @@ class _PickedCosines(torch.autograd.Function):
         return grad_mapped, grad_prototypes, None, None
 
 
+def nearest(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Columns of the k largest scores of each row (n, k), best first.
+
+    On a GPU a few arg-max passes beat ``topk``'s radix select for the k ≤ 4 of the loss (measured on
+    an H200: ``benchmarks/gpu_fit.py``); ties may then resolve to another column of equal score.
+    """
+    if scores.device.type != "cuda" or k > 4:
+        return scores.topk(k, dim=1).indices
+    work = scores.clone() if k > 1 else scores
+    picked = []
+    for i in range(k):
+        best = work.argmax(dim=1, keepdim=True)
+        picked.append(best)
+        if i + 1 < k:
+            work.scatter_(1, best, float("-inf"))
+    return torch.cat(picked, dim=1)
+
+
 def arerank_loss(
     mapped: torch.Tensor,
     prototypes: torch.Tensor,
@@ -87,7 +105,7 @@ def arerank_loss(
         detached, unit = mapped.detach(), p.detach()
         for rows in row_blocks(mapped.shape[0], c):
             dots = detached[rows] @ unit.T  # (block, C)
-            idx[rows] = dots.topk(k, dim=1).indices
+            idx[rows] = nearest(dots, k)
             picked[rows] = dots.gather(1, torch.cat([labels[rows].unsqueeze(1), idx[rows]], dim=1)).to(picked.dtype)
         wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)  # (n, 1 + k)
     # m_ij = (1 − y_ciᵀ y_j)/s from the gathered pairs (no C × C Gram matrix)
