@@ -23,6 +23,7 @@ from ..files import atomic_write
 from ..index import AlignedIndex
 from .alignment import STAGES, AlignmentStages, alignment_stages, class_positions
 from .evaluation import FewShotResults, FewShotTask, run_few_shot, sample_support
+from .openset import format_open_set, open_set_metrics
 from .page import Section, render_page
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "alignment_stages",
     "atomic_write",
     "class_positions",
+    "format_open_set",
+    "open_set_metrics",
     "render_page",
     "run_few_shot",
     "sample_support",

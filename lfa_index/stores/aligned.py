@@ -129,7 +129,8 @@ def classify_rows(
     """Classify every row of a store of raw embeddings: ``(ids, labels, scores)``, each (n,), in id order.
 
     ``labels`` equal ``index.predict`` of the stored vectors (with ``reject_below=τ``, rows whose
-    best aligned score is below τ get ``index.unknown_label_``); ``scores`` are those best scores.
+    ``index.score_samples`` is below τ get ``index.unknown_label_``); ``scores`` are their best
+    aligned scores.
     With ``write_field``, each row is added again with its id, its vector, the fields it holds
     (``store.field_names()``) and ``write_field`` = its label; a rejected row gets "" (named
     classes) or -1 (class indices). Every row is read and checked before the first write.
@@ -143,12 +144,14 @@ def classify_rows(
         index.check_threshold(reject_below)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     kept = [] if write_field is None else [f for f in _field_names(store, write_field) if f != write_field]
-    ids, labels, scores, values = [], [], [], {f: [] for f in kept}
+    ids, labels, scores, known, values = [], [], [], [], {f: [] for f in kept}
     for batch_ids, vectors, fields in store.scan(kept, batch_size=batch_size):
         best, found = index.search(vectors, k=1)
         ids.append(batch_ids)
         labels.append(found[:, 0])
         scores.append(best[:, 0])
+        if reject_below is not None:
+            known.append(index.score_samples(vectors))
         for f in kept:
             values[f].append(np.asarray(fields[f], dtype=object))
     if not ids:
@@ -157,10 +160,11 @@ def classify_rows(
     ids, labels, scores = np.concatenate(ids)[order], np.concatenate(labels)[order], np.concatenate(scores)[order]
     found = labels
     if reject_below is not None:
-        labels = index.label_space_.reject(found, scores, reject_below)
+        known = np.concatenate(known)[order]
+        labels = index.label_space_.reject(found, known, reject_below)
     if write_field is not None:  # a store field holds "" where the index's unknown label is None
         unknown = "" if index.unknown_label_ is None else index.unknown_label_
-        written = (found if reject_below is None else index.label_space_.reject(found, scores, reject_below, unknown))
+        written = (found if reject_below is None else index.label_space_.reject(found, known, reject_below, unknown))
         written = written.astype(object)
         columns = {f: np.concatenate(v)[order] for f, v in values.items()}
         _rewrite(store, ids, {**columns, write_field: written}, batch_size)
