@@ -93,14 +93,15 @@ def objective_threshold(
     ``oos_recall`` of the out-of-scope rows; "macro-f1" maximises the macro-F1 over the known
     classes present in ``truth`` plus "unknown" (ties: the highest τ).
     """
-    scores = np.asarray(scores, dtype=np.float64)
+    scores = np.asarray(scores)  # thresholds stay in the scores' own precision: τ compares to them as they are
     known = truth != UNKNOWN
     if objective == "accept-rate":
         return quantile_threshold(scores[known], accept_rate)
     if objective == "oos-recall":
         unknown = np.sort(scores[~known])
         needed = int(np.ceil(oos_recall * len(unknown) - 1e-9))
-        return float(np.nextafter(unknown[max(needed, 1) - 1], np.inf))
+        last = unknown[max(needed, 1) - 1]
+        return float(np.nextafter(last, np.asarray(np.inf, dtype=last.dtype)))
     return _best_macro_f1_threshold(scores, truth, predicted)
 
 
@@ -127,7 +128,7 @@ def _best_macro_f1_threshold(scores: np.ndarray, truth: np.ndarray, predicted: n
     cuts = np.ones(len(s) + 1, dtype=bool)  # a cut between equal scores cannot be a threshold
     cuts[1:-1] = s[:-1] > s[1:]
     best = int(np.flatnonzero(cuts)[np.argmax(macro[cuts])])
-    return float(np.nextafter(s[0], np.inf)) if best == 0 else float(s[best - 1])
+    return float(np.nextafter(s[0], np.asarray(np.inf, dtype=s.dtype))) if best == 0 else float(s[best - 1])
 
 
 def check_reject_below(reject_below: Any) -> float:
