@@ -368,7 +368,7 @@ def test_a_threshold_that_is_not_a_finite_number_is_refused(index_dir, files, ca
 def test_any_finite_threshold_is_a_score_threshold_and_extreme_ones_reject_all_or_none(index_dir, files, capsys):
     """τ is on the scale of score_samples (standardised, unbounded), not an aligned cosine in [-1, 1]."""
     for tau, unknown in (("1e6", True), ("-1e6", False)):
-        code, out, err = run(capsys, "predict", index_dir, "--queries", files / "eval.npz", "--reject-below", tau)
+        code, out, err = run(capsys, "predict", index_dir, "--queries", files / "eval.npz", f"--reject-below={tau}")
         assert code == 0, err
         assert {r["class_name"] == "unknown" for r in read_csv(out)} == {unknown}
 
@@ -545,3 +545,53 @@ def test_fit_ends_with_the_summary_of_its_choices_and_saves_it(files, capsys):
     summary = AlignedIndex.load(files / "idx_summary").lfa_.summary_
     assert summary.startswith("LFA fit: β=") and "steps" in summary and summary.endswith(" s")
     assert summary in err
+
+
+# ----------------------------------------------------------------------------- open set and checks (fast)
+def test_calibrate_on_embeddings_with_out_of_scope_rows_saves_the_threshold(files, capsys, problem):
+    _, _, _, X_test, y_test = problem
+    labels = np.array([f"class {i}" if i < N_CLASSES - 1 else "oos" for i in y_test])
+    np.savez(files / "val.npz", embeddings=X_test, labels=labels)
+    keep = np.load(files / "support.npz")["labels"] != f"class {N_CLASSES - 1}"
+    support = np.load(files / "support.npz")
+    np.savez(files / "support4.npz", embeddings=support["embeddings"][keep], labels=support["labels"][keep])
+    np.save(files / "prototypes4.npy", np.load(files / "prototypes.npy")[: N_CLASSES - 1])
+    code, _, err = run(capsys, "fit", "--support", files / "support4.npz", "--prototypes", files / "prototypes4.npy",
+                       "--steps", 10, "--device", "cpu", "--calibrate-on", files / "val.npz", "--unknown-label", "oos",
+                       "--objective", "oos-recall", "--oos-recall", "1", "-o", files / "idx_cal")
+    assert code == 0, err
+    index = AlignedIndex.load(files / "idx_cal")
+    assert index.reject_below_ is not None and "--objective oos-recall" in err
+    assert (index.score_samples(X_test[labels == "oos"]) < index.reject_below_).all()  # every oos row rejected
+    code, out, err = run(capsys, "predict", files / "idx_cal", "--queries", files / "val.npz", "--unknown-label", "oos")
+    assert code == 0, err
+    assert "out-of-scope recall 100.0%" in err and "saved in the index" in err
+    assert all(r["class_name"] == "unknown" for r, lab in zip(read_csv(out), labels) if lab == "oos")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--objective", "macro-f1", "--calibrate-on", "VAL"], "--unknown-label"),
+    (["--unknown-label", "oos"], "--calibrate-on"),
+    (["--calibrate-on", "VAL", "--accept-rate", "1.5"], "--accept-rate"),
+])
+def test_calibration_options_are_checked_before_any_work(files, capsys, extra, needle):
+    np.savez(files / "val.npz", embeddings=np.load(files / "support_int.npy"), labels=np.load(files / "labels_int.npy"))
+    extra = [str(files / "val.npz") if a == "VAL" else a for a in extra]
+    code, _, err = run(capsys, "fit", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
+                       *extra, "-o", files / "idx_never")
+    assert_clean_error(code, err, needle)
+    assert not (files / "idx_never").exists()
+
+
+def test_a_prototype_file_of_another_length_than_the_classes_names_both_flags(files, capsys):
+    np.save(files / "short.npy", np.load(files / "prototypes.npy")[:-1])
+    code, _, err = run(capsys, "fit", "--support", files / "support.npz", "--prototypes", files / "short.npy",
+                       "--classes", files / "classes.txt", "-o", files / "idx_short")
+    assert_clean_error(code, err, "--classes", "--prototypes", f"{N_CLASSES - 1} rows")
+
+
+def test_eval_without_an_index_refuses_open_set_options(files, capsys):
+    code, _, err = run(capsys, "eval", "--pool", files / "pool.npz", "--eval", files / "eval.npz",
+                       "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt",
+                       "--unknown-label", "oos")
+    assert_clean_error(code, err, "INDEX")

@@ -100,6 +100,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise CLIError("--class-names gives the names to embed; with --prototypes FILE nothing is embedded: drop one.")
     # class names first: cheap, and a missing API key or model fails before the support set is embedded
     prototypes = class_prototypes(args, console, names, images=support.kind == "images", model_encoder=model)
+    if names is not None and len(names) != len(prototypes):
+        given = f"--classes {args.classes}" if args.classes else "the distinct support labels"
+        raise CLIError(f"{given} name(s) {len(names)} classes but --prototypes {args.prototypes} holds "
+                       f"{len(prototypes)} rows; give one prototype row per class, in the order of the class names.")
     if calibration is not None and names is None:
         check_labels(LabelSpace("index", len(prototypes)), calibration.labels, "--calibrate-on", args.unknown_label)
     support = embed_items(support, model, console, strict=args.strict)
