@@ -101,7 +101,7 @@ def add_reject_below(p: argparse.ArgumentParser, rows: str) -> None:
     p.add_argument("--reject-below", metavar="TAU",
                    help=f"label {rows} whose open-set score is below TAU as 'unknown'; 'auto' accepts 95%% of "
                         "held-out support rows; 'none' ignores the TAU saved in the index (default: that TAU, "
-                        "if `fit --calibrate-on` saved one)")
+                        "if `fit --calibrate-on` saved one); a negative TAU is written --reject-below=-1.5")
 
 
 def add_unknown_label(p: argparse.ArgumentParser, rows: str) -> None:
