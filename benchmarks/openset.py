@@ -32,6 +32,12 @@ Usage
     .venv/bin/python -m benchmarks.openset --cells 50:4 50:16 75:4 75:16 --name openset_part_b
     .venv/bin/python -m benchmarks.openset --merge openset_part_a openset_part_b --name openset
 
+With ``--ood SET`` the eval rows of another shared set join the queries as out-of-scope ones
+(``--ood-rows`` of them, a seeded sample): out-of-domain queries, as an intent classifier meets
+them in use. Then ``100:SHOTS`` cells (every class known) are allowed:
+
+    .venv/bin/python -m benchmarks.openset --cells 100:4 100:16 --seeds 1 2 3 4 5 --ood ag_news --name openset_ood
+
 Prints the table and writes ``benchmarks/results/<name>.json`` and ``.md`` (default ``openset``).
 """
 
@@ -144,8 +150,8 @@ def probe_scores(X: np.ndarray, y: np.ndarray, queries: np.ndarray, seed: int) -
     return proba.max(axis=1), proba.argmax(axis=1), quantile_threshold(heldout, ACCEPT_RATE)
 
 
-def run_split(data: FewShotSet, percent: int, shots: int, seed: int) -> dict[str, Any]:
-    """Every method on one split: the record of its metrics."""
+def run_split(data: FewShotSet, percent: int, shots: int, seed: int, ood: np.ndarray | None = None) -> dict[str, Any]:
+    """Every method on one split (``ood``: out-of-domain rows added as out-of-scope queries): its metrics."""
     known = known_classes(data.n_classes, percent, seed)
     positions = np.full(data.n_classes, -1)
     positions[known] = np.arange(len(known))
@@ -153,6 +159,8 @@ def run_split(data: FewShotSet, percent: int, shots: int, seed: int) -> dict[str
     rows = rows[np.isin(data.pool_labels[rows], known)]
     X, y = data.pool_features[rows], positions[data.pool_labels[rows]]
     queries, truth = data.eval_features, positions[data.eval_labels]
+    if ood is not None:
+        queries, truth = np.concatenate([queries, ood]), np.concatenate([truth, np.full(len(ood), -1)])
     started = time.perf_counter()
     index = AlignedIndex(lfa=LFA(random_state=seed)).fit(X, y, data.prototypes[known])
     fit_s = time.perf_counter() - started
@@ -169,13 +177,14 @@ def run_split(data: FewShotSet, percent: int, shots: int, seed: int) -> dict[str
     return record
 
 
-def run(set_name: str, cells: Sequence[str], seeds: Sequence[int], root: Path | None) -> list[dict[str, Any]]:
+def run(set_name: str, cells: Sequence[str], seeds: Sequence[int], root: Path | None,
+        ood: np.ndarray | None = None) -> list[dict[str, Any]]:
     data = load_set(set_name, root=root)
     records = []
     for cell in cells:
         percent, shots = (int(v) for v in cell.split(":"))
         for seed in seeds:
-            records.append(run_split(data, percent, shots, seed))
+            records.append(run_split(data, percent, shots, seed, ood))
             r = records[-1]
             auroc = " / ".join(f"{r[m]['auroc']:.3f}" for m in SERVED)
             f1 = " / ".join(f"{r[m]['macro_f1']:.3f}" for m in SERVED)
@@ -232,7 +241,9 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         [[f"{r['known']} %", str(r["shots"]), *(cell(r, f"{m}.auroc") for m in ("default",) + CANDIDATES),
           *(cell(r, f"{m}.macro_f1", True) for m in calibrated)] for r in rows])
     return "\n".join([
-        f"# Open-intent detection: {meta['set']}, MiniLM, {meta['seeds']} seeds", "", f"Command: `{meta['command']}`",
+        f"# Open-intent detection: {meta['set']}, MiniLM, {meta['seeds']} seeds"
+        + (f", plus {meta['ood_rows']} out-of-domain {meta['ood']} queries" if meta.get("ood") else ""), "",
+        f"Command: `{meta['command']}`",
         "", "τ of every method accepts 95 % of held-out known-class support rows (no out-of-scope rows are seen). "
         "Mean ± std over seeds.", "", "## AUROC and macro-F1 (known classes + unknown), default vs the two baselines",
         "", *comparison, "", "## Operating point at τ (%)", "", *operating, "",
@@ -269,6 +280,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cells", nargs="+", default=list(CELLS), help="KNOWN%%:SHOTS pairs (default all six)")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS), help="seeds (default 1..10)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--ood", metavar="SET", help="add the eval rows of this shared set as out-of-scope queries")
+    parser.add_argument("--ood-rows", type=int, default=1000, help="how many of them, a seeded sample (default 1000)")
     parser.add_argument("--name", default=None, help="results file stem (default openset; required with --merge)")
     parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs instead")
     add_data_argument(parser)
@@ -277,8 +290,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--merge needs --name, the stem of the merged file (e.g. --name openset)")
     for cell in args.cells:
         known, _, shots = cell.partition(":")
-        if not (known.isdigit() and shots.isdigit() and 0 < int(known) < 100 and int(shots) > 0):
-            parser.error(f"--cells takes KNOWN%:SHOTS pairs such as 25:4, got {cell!r}")
+        top = 100 if args.ood else 99  # every class known leaves no unknown class, only --ood rows
+        if not (known.isdigit() and shots.isdigit() and 0 < int(known) <= top and int(shots) > 0):
+            parser.error(f"--cells takes KNOWN%:SHOTS pairs such as 25:4 (100 only with --ood), got {cell!r}")
     args.name = args.name or "openset"
     return args
 
@@ -291,10 +305,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = {**parts[0]["meta"], "command": " ; ".join([p["meta"]["command"] for p in parts] + [command])}
         save([r for p in parts for r in p["records"]], meta, args.name)
         return 0
+    ood = None
+    if args.ood:
+        rows = load_set(args.ood, root=args.data).eval_features
+        ood = rows[np.sort(np.random.default_rng(0).permutation(len(rows))[: args.ood_rows])]
     torch.set_num_threads(args.threads)
     with threadpool_limits(limits=args.threads):
-        records = run(args.set, args.cells, args.seeds, args.data)
-    meta = {"command": command, "set": args.set, "threads": args.threads, "accept_rate": ACCEPT_RATE,
+        records = run(args.set, args.cells, args.seeds, args.data, ood)
+    meta = {"command": command, "set": args.set, "ood": args.ood, "ood_rows": None if ood is None else len(ood),
+            "threads": args.threads, "accept_rate": ACCEPT_RATE,
             "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
                          "sklearn": sklearn.__version__}}
     save(records, meta, args.name)
