@@ -205,24 +205,38 @@ def _n_classes(y: np.ndarray, prototypes: np.ndarray | None) -> int:
 
 
 # ---------------------------------------------------------------------------- GDA
-def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Linear discriminant ``(weights (C, d), bias (C,))`` of GDA with a shared covariance.
+def gda_gaussians(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """GDA's class means (C, d) of the L2-normalised rows and shared precision (d, d), float64.
 
-    Class means of the L2-normalised rows and the precision estimator of GDA's public code,
-    ``d · ((n−1) S + tr(S) I)⁻¹`` with S the covariance of the class-centred rows (a shrinkage
-    towards a scaled identity); equal class priors. With one shot per class there is no
-    within-class spread (S = 0) and the precision falls back to the identity, i.e. nearest class
-    mean by Euclidean distance.
+    The precision estimator of GDA's public code, ``d · ((n−1) S + tr(S) I)⁻¹`` with S the
+    covariance of the class-centred rows (a shrinkage towards a scaled identity). With one shot
+    per class there is no within-class spread (S = 0) and the precision falls back to the identity.
     """
     X = l2_normalize(X).astype(np.float64)
     means = np.stack([X[y == c].mean(axis=0) for c in range(n_classes)])
-    centred = X - means[y]
     d = X.shape[1]
     if len(X) - n_classes < 1:
-        precision = np.eye(d)
-    else:
-        cov = np.cov(centred, rowvar=False)
-        precision = d * np.linalg.pinv((len(X) - 1) * cov + np.trace(cov) * np.eye(d), hermitian=True)
+        return means, np.eye(d)
+    cov = np.cov(X - means[y], rowvar=False)
+    return means, d * np.linalg.pinv((len(X) - 1) * cov + np.trace(cov) * np.eye(d), hermitian=True)
+
+
+def gda_mahalanobis(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """GDA's open-set score: minus the Mahalanobis distance to the nearest class mean under the
+    shared precision of :func:`gda_gaussians` (M,), and that class (M,) (GDA's prediction)."""
+    means, precision = gda_gaussians(X, y, n_classes)
+    q = l2_normalize(X_eval).astype(np.float64)
+    qp = q @ precision
+    distance = (np.einsum("nd,nd->n", qp, q)[:, None] - 2 * qp @ means.T
+                + np.einsum("cd,cd->c", means @ precision, means)[None])
+    return -distance.min(axis=1), distance.argmin(axis=1)
+
+
+def gda_discriminant(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Linear discriminant ``(weights (C, d), bias (C,))`` of GDA with a shared covariance
+    (:func:`gda_gaussians`), equal class priors. At one shot: nearest class mean by Euclidean distance.
+    """
+    means, precision = gda_gaussians(X, y, n_classes)
     weights = means @ precision
     bias = np.log(1.0 / n_classes) - 0.5 * np.einsum("cd,cd->c", weights, means)
     return weights, bias

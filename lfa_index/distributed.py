@@ -79,7 +79,7 @@ class ClassifyBatch:
     keep_columns : sequence of str, default=()
         Other input columns copied to the output.
     reject_below : float or None, default=None
-        Rows whose best aligned cosine is below it get ``unknown_label_`` (-1, or null for names).
+        Rows whose ``score_samples`` is below it get ``unknown_label_`` (-1, or null for names).
     threads : int, default=1
         FAISS, torch and BLAS threads of this worker.
     """
@@ -118,8 +118,8 @@ class ClassifyBatch:
             scores, labels = (column[:, 0] for column in self.index.search(x, k=1))
         else:  # Ray hands empty blocks on (an empty file): answer with an empty table of the same schema
             scores, labels = np.empty(0, np.float32), self.index.classes_[:0]
-        if self.reject_below is not None:
-            labels = self.index.label_space_.reject(labels, scores, self.reject_below)
+        if self.reject_below is not None and len(x):
+            labels = self.index.label_space_.reject(labels, self.index.score_samples(x), self.reject_below)
         names = ((self.id_column,) if self.id_column else ()) + self.keep_columns
         columns = {name: batch.column(name) for name in names}
         label_type = pa.string() if self.index.label_space_.kind == "name" else pa.int64()
@@ -305,7 +305,7 @@ def classify_parquet(
     check_number(max_retries, "max_retries", low=0, integer=True)
     index = AlignedIndex.load(index_path, device="cpu")  # a bad path fails here, once, not in every actor
     if reject_below is not None:
-        index.check_threshold(reject_below)  # within [-1, 1] unless the classifier has class biases
+        index.check_threshold(reject_below)  # a finite τ on the scale of score_samples
     if not ray.is_initialized():
         ray.init(address=address)
     _check_cpus(ray, num_workers, cpus_per_worker)

@@ -37,13 +37,14 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def assert_clean_error(code: int, err: str, *needles: str) -> None:
-    """Exit 1 with exactly one `lfa-index: error:` line on stderr, no traceback."""
+    """Exit 1 with exactly one `lfa-index: error:` line on stderr, the last (notes may come before), no traceback."""
     lines = err.strip().splitlines()
     assert code == 1, err
-    assert len(lines) == 1 and lines[0].startswith("lfa-index: error: "), err
+    assert lines and lines[-1].startswith("lfa-index: error: "), err
+    assert sum(line.startswith("lfa-index: error: ") for line in lines) == 1, err
     assert "Traceback" not in err
     for needle in needles:
-        assert needle in lines[0], lines[0]
+        assert needle in lines[-1], lines[-1]
 
 
 def read_csv(text: str) -> list[dict[str, str]]:
@@ -142,10 +143,14 @@ def test_predict_with_integer_labels_names_the_classes_and_writes_a_file(files, 
     assert all(r["class_name"] == f"class {r['label']}" for r in rows)
 
 
-def test_reject_below_marks_low_scoring_queries_unknown(index_dir, files, capsys):
-    code, out, _ = run(capsys, "predict", index_dir, "--queries", files / "eval.npz", "--reject-below", 1.0)
+def test_reject_below_marks_queries_whose_open_set_score_is_below_it_unknown(index_dir, files, capsys, problem):
+    scores = AlignedIndex.load(index_dir).score_samples(problem[3])
+    tau = float(np.median(scores))
+    code, out, _ = run(capsys, "predict", index_dir, "--queries", files / "eval.npz", "--reject-below", tau)
     assert code == 0
-    assert {r["class_name"] for r in read_csv(out)} == {"unknown"}
+    rows = read_csv(out)
+    np.testing.assert_allclose([float(r["open_set_score"]) for r in rows], scores, rtol=1e-5, atol=1e-5)
+    assert [r["class_name"] == "unknown" for r in rows] == list(scores < tau)
 
 
 def test_search_corpus_finds_each_corpus_row_first(files, index_dir, capsys, problem):
@@ -360,19 +365,12 @@ def test_a_threshold_that_is_not_a_finite_number_is_refused(index_dir, files, ca
         assert_clean_error(code, err, "--reject-below", "number")
 
 
-def test_a_threshold_outside_minus_one_to_one_is_refused_where_scores_are_cosines(files, capsys):
-    """The paper's classifier has no class biases: its scores are aligned cosines in [-1, 1]."""
-    code, _, err = run(capsys, "fit", "-q", "--paper", "--support", files / "support.npz",
-                       "--prototypes", files / "prototypes.npy", "--steps", 5, "--device", "cpu",
-                       "-o", files / "idx_paper")
-    assert code == 0, err
-    for tau in ("1.01", "-1.01", "5"):
-        code, _, err = run(capsys, "predict", "-q", files / "idx_paper", "--queries", files / "eval.npz",
-                           "--reject-below", tau)
-        assert_clean_error(code, err, "reject_below", "[-1.0, 1.0]")
-    code, _, _ = run(capsys, "predict", "-q", files / "idx_paper", "--queries", files / "eval.npz",
-                     "--reject-below", "-1")
-    assert code == 0
+def test_any_finite_threshold_is_a_score_threshold_and_extreme_ones_reject_all_or_none(index_dir, files, capsys):
+    """τ is on the scale of score_samples (standardised, unbounded), not an aligned cosine in [-1, 1]."""
+    for tau, unknown in (("1e6", True), ("-1e6", False)):
+        code, out, err = run(capsys, "predict", index_dir, "--queries", files / "eval.npz", f"--reject-below={tau}")
+        assert code == 0, err
+        assert {r["class_name"] == "unknown" for r in read_csv(out)} == {unknown}
 
 
 def test_usage_errors_exit_2(capsys):
@@ -547,3 +545,53 @@ def test_fit_ends_with_the_summary_of_its_choices_and_saves_it(files, capsys):
     summary = AlignedIndex.load(files / "idx_summary").lfa_.summary_
     assert summary.startswith("LFA fit: β=") and "steps" in summary and summary.endswith(" s")
     assert summary in err
+
+
+# ----------------------------------------------------------------------------- open set and checks (fast)
+def test_calibrate_on_embeddings_with_out_of_scope_rows_saves_the_threshold(files, capsys, problem):
+    _, _, _, X_test, y_test = problem
+    labels = np.array([f"class {i}" if i < N_CLASSES - 1 else "oos" for i in y_test])
+    np.savez(files / "val.npz", embeddings=X_test, labels=labels)
+    keep = np.load(files / "support.npz")["labels"] != f"class {N_CLASSES - 1}"
+    support = np.load(files / "support.npz")
+    np.savez(files / "support4.npz", embeddings=support["embeddings"][keep], labels=support["labels"][keep])
+    np.save(files / "prototypes4.npy", np.load(files / "prototypes.npy")[: N_CLASSES - 1])
+    code, _, err = run(capsys, "fit", "--support", files / "support4.npz", "--prototypes", files / "prototypes4.npy",
+                       "--steps", 10, "--device", "cpu", "--calibrate-on", files / "val.npz", "--unknown-label", "oos",
+                       "--objective", "oos-recall", "--oos-recall", "1", "-o", files / "idx_cal")
+    assert code == 0, err
+    index = AlignedIndex.load(files / "idx_cal")
+    assert index.reject_below_ is not None and "--objective oos-recall" in err
+    assert (index.score_samples(X_test[labels == "oos"]) < index.reject_below_).all()  # every oos row rejected
+    code, out, err = run(capsys, "predict", files / "idx_cal", "--queries", files / "val.npz", "--unknown-label", "oos")
+    assert code == 0, err
+    assert "out-of-scope recall 100.0%" in err and "saved in the index" in err
+    assert all(r["class_name"] == "unknown" for r, lab in zip(read_csv(out), labels) if lab == "oos")
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--objective", "macro-f1", "--calibrate-on", "VAL"], "--unknown-label"),
+    (["--unknown-label", "oos"], "--calibrate-on"),
+    (["--calibrate-on", "VAL", "--accept-rate", "1.5"], "--accept-rate"),
+])
+def test_calibration_options_are_checked_before_any_work(files, capsys, extra, needle):
+    np.savez(files / "val.npz", embeddings=np.load(files / "support_int.npy"), labels=np.load(files / "labels_int.npy"))
+    extra = [str(files / "val.npz") if a == "VAL" else a for a in extra]
+    code, _, err = run(capsys, "fit", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
+                       *extra, "-o", files / "idx_never")
+    assert_clean_error(code, err, needle)
+    assert not (files / "idx_never").exists()
+
+
+def test_a_prototype_file_of_another_length_than_the_classes_names_both_flags(files, capsys):
+    np.save(files / "short.npy", np.load(files / "prototypes.npy")[:-1])
+    code, _, err = run(capsys, "fit", "--support", files / "support.npz", "--prototypes", files / "short.npy",
+                       "--classes", files / "classes.txt", "-o", files / "idx_short")
+    assert_clean_error(code, err, "--classes", "--prototypes", f"{N_CLASSES - 1} rows")
+
+
+def test_eval_without_an_index_refuses_open_set_options(files, capsys):
+    code, _, err = run(capsys, "eval", "--pool", files / "pool.npz", "--eval", files / "eval.npz",
+                       "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt",
+                       "--unknown-label", "oos")
+    assert_clean_error(code, err, "INDEX")

@@ -275,7 +275,7 @@ def test_classify_writes_labels_into_the_store_keeping_vectors_and_fields(task, 
     assert [got[i] for i in ids.tolist()] == [(e, s, *k) for e, s, k in zip(expected.tolist(), sources, kept)]
     # again, rejecting every row: the field is overwritten with "" (no class); -o still writes the CSV
     code, _, err = run(capsys, "classify", "-q", uri, "--index", index_dir, "--write-field", "predicted",
-                       "--reject-below", 1.0, "-o", tmp_path / "labels.csv")
+                       "--reject-below", 1e6, "-o", tmp_path / "labels.csv")
     assert code == 0, err
     assert {r["class_name"] for r in read_csv((tmp_path / "labels.csv").read_text())} == {"unknown"}
     with closing(open_store(uri)) as store:

@@ -88,7 +88,7 @@ def flaky_job(ray_session, table, tmp_path_factory):
                 raise RuntimeError("injected transient failure")
             return super().__call__(batch)
 
-    tau = index.rejection_threshold(0.9)
+    tau = index.rejection_threshold(accept_rate=0.9)
     report = classify_parquet(
         source, root / "predictions", index_path, num_workers=2, cpus_per_worker=0.5, batch_size=1500,
         aligned_column="aligned", keep_columns=["source_row"], reject_below=tau, max_retries=2, batch_class=FlakyOnce,
@@ -147,17 +147,16 @@ def test_table_without_the_embedding_column_is_a_schema_error(ray_session, table
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_a_threshold_the_index_cannot_reach_is_refused_before_any_work(ray_session, table, tmp_path):
-    """Without class biases scores are aligned cosines: a τ beyond [-1, 1] would reject every row."""
+def test_a_threshold_that_is_not_a_finite_number_is_refused_before_any_work(ray_session, table, tmp_path):
+    """τ is on the scale of score_samples (unbounded), but it must be a finite number."""
     _, _, source, _, _ = table
     rng = np.random.default_rng(1)
     text = rng.standard_normal((len(NAMES), D_IMG)).astype(np.float32)
     labels = np.repeat(np.arange(len(NAMES)), 3)
     support = (text[labels] + 0.5 * rng.standard_normal((len(labels), D_IMG))).astype(np.float32)
-    bounded = AlignedIndex(lfa=LFA(prototype_mix=0.0, steps=2, device="cpu", random_state=0)).fit(support, labels, text)
-    assert not bounded.augmented_
-    path = bounded.save(tmp_path / "bounded")
-    for tau in (5.0, -1.5):
+    index = AlignedIndex(lfa=LFA(prototype_mix=0.0, steps=2, device="cpu", random_state=0)).fit(support, labels, text)
+    path = index.save(tmp_path / "index")
+    for tau in (float("nan"), float("inf")):
         with pytest.raises(InvalidParameterError, match="reject_below"):
             classify_parquet(source, tmp_path / "out", path, reject_below=tau, cpus_per_worker=0.5)
         assert not os.path.exists(tmp_path / "out")

@@ -117,7 +117,7 @@ def test_predict_and_search_break_exact_ties_alike_at_the_lowest_position(task):
     index.add_classes(np.repeat(tied[7:8], 3, axis=0))
     scores, top = index.search(x, len(index.classes_))
     np.testing.assert_array_equal(index.predict(x), top[:, 0])
-    np.testing.assert_array_equal(index.predict(x, reject_below=-1.0), top[:, 0])
+    np.testing.assert_array_equal(index.predict(x, reject_below=-1e6), top[:, 0])
     for row in top:
         added = [position for position in row if position >= 10]
         assert added == [10, 11, 12]

@@ -93,7 +93,9 @@ def fixture_answers(ix, answers):
         "predict": np.asarray(ix.predict(queries)).astype(str),
         # the fixture's τ came from the support rows' own scores (rejection_threshold now holds rows out)
         "tau": np.float32(np.quantile(ix.search(support_rows(ix), 1)[0][:, 0], 0.5, method="lower")),
-        "reject": np.asarray(ix.predict(queries, reject_below=tau)).astype(str),
+        # rejected where the best aligned score is below τ, as predict(reject_below=τ) did then
+        "reject": np.where(ix.search(queries, 1)[0][:, 0] >= tau, np.asarray(ix.predict(queries)).astype(str),
+                           str(ix.unknown_label_)),
         "search_scores": ix.search(queries, 4)[0],
         "search_labels": np.asarray(ix.search(queries, 4)[1]).astype(str),
         "decision": ix.decision_function(queries),

@@ -83,10 +83,10 @@ def test_rejection_score_separates_seen_from_unseen_classes(dtd):
     remap = np.full(n_classes, -1)
     remap[seen] = np.arange(len(seen))
     index = AlignedIndex(lfa=LFA(**FIXED_BETA)).fit(dtd["support"][keep], remap[dtd["labels"][keep]], dtd["text"][seen])
-    best = index.search(dtd["test_x"], 1)[0][:, 0]
     is_seen = np.isin(dtd["test_y"], seen)
-    auroc = roc_auc_score(is_seen, best)
-    assert auroc > 0.6, auroc  # measured 0.70 (benchmarks/openset.py); chance is 0.5
+    auroc = roc_auc_score(is_seen, index.score_samples(dtd["test_x"]))
+    best = roc_auc_score(is_seen, index.search(dtd["test_x"], 1)[0][:, 0])
+    assert auroc > 0.6 and auroc > best - 0.02, (auroc, best)  # measured 0.728 and 0.726; chance is 0.5
     tau = index.rejection_threshold(accept_rate=0.95)
     accepted = index.predict(dtd["test_x"], reject_below=tau) != -1
     assert accepted[is_seen].mean() > accepted[~is_seen].mean()
@@ -94,10 +94,11 @@ def test_rejection_score_separates_seen_from_unseen_classes(dtd):
 
 @pytest.mark.parametrize("preset", ["default", "paper", "fixed"])
 def test_rejection_threshold_accepts_about_the_asked_share_of_unseen_images_of_seen_classes(dtd, preset):
-    """τ is calibrated on held-out support rows (the default's cross-fitted scores, K-fold clones
-    otherwise), so about 95 % of test images of the seen classes pass (measured here: 0.99, 0.90,
-    0.99; one 5 % quantile of 92 rows, hence the wide band). τ from the support rows themselves
-    accepted 22-42 % of them (the fitted map scores its own rows higher)."""
+    """τ is calibrated on held-out support rows (score_samples: the default's cross-fitted scores, K-fold
+    clones otherwise, and each row's nearest other support row), so about 95 % of test images of the
+    seen classes pass (measured here: 0.99, 0.97, 0.99; one 5 % quantile of 92 rows, hence the wide
+    band). τ from the support rows themselves accepted 22-42 % of them (the fitted map scores its own
+    rows higher)."""
     n_classes = len(dtd["names"])
     seen = np.sort(np.random.default_rng(1).permutation(n_classes)[: n_classes // 2])
     keep = np.isin(dtd["labels"], seen)

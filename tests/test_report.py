@@ -177,3 +177,22 @@ def test_report_writes_readable_pngs_and_a_page_that_shows_them(fitted, problem,
         assert f'src="{f}"' in html
     assert (tmp_path / "results.json").is_file()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_modality_gap_figure_gives_lfa_the_accuracy_the_page_reports(fitted, problem, tmp_path, monkeypatch):
+    """One number per model: the LFA panel shows the index's classifier, not the nearest text prototype."""
+    from lfa_index.reporting import figures
+
+    _, _, _, X_test, y_test = problem
+    shown = {}
+    draw = figures.modality_gap_figure
+    monkeypatch.setattr(figures, "modality_gap_figure",
+                        lambda stages, **kw: shown.update(kw) or draw(stages, **kw))
+    section = alignment_section(fitted, tmp_path, name="planted", eval_embeddings=X_test,
+                                eval_labels=[f"class {i}" for i in y_test])
+    page_line = next(line for line in section.lines if line.startswith("Eval accuracy"))
+    assert f"LFA {100 * shown['classifier_accuracy']:.1f}%" in page_line
+    stages = alignment_stages(fitted, X_test, [f"class {i}" for i in y_test])
+    gaps, rows = stages.modality_gap("support"), stages.mean_row_norm("support")
+    for stage in gaps:  # the gap is at least the difference of the two means' norms
+        assert gaps[stage] >= abs(rows[stage] - stages.mean_prototype_norm("support")) - 1e-6

@@ -2,7 +2,7 @@
 
 Every sub-command has ``--help``. Expected failures (bad input, a missing API key, a model that
 cannot be loaded offline) print one ``lfa-index: error: ...`` line on stderr and exit with 1;
-usage errors exit with 2. Progress bars and notes go to stderr (``-q`` silences them); results
+usage errors exit with 2. Progress bars and notes go to stderr (``-q`` silences the progress bars); results
 (predictions, tables) go to stdout or to the file given with ``-o``.
 
 One module per sub-command (``fit``, ``predict``, ``classify``, ``search``, ``evaluate``,

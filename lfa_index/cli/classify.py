@@ -24,7 +24,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = add_command(commands, "classify", epilog=STORE_URI_FORMS,
                     help="classify every row of a vector store with a saved index",
                     description="Classify every row of a vector store of raw embeddings with a saved index. Prints "
-                                "CSV\n(id, label, class_name, score: the aligned cosine), or with --write-field F "
+                                "CSV\n(id, label, class_name, score: the aligned score), or with --write-field F "
                                 "writes each row's\nlabel into field F of the store (that field alone: vectors and "
                                 "other fields stay as they are).")
     p.add_argument("store", metavar="URI", help="the store of raw embeddings (store URI, see below)")
@@ -43,9 +43,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     tau = given_threshold(args)
     batch_size = positive_int(args.batch_size, "--batch-size")
     index = load_index(args.index, args.device)
-    tau = rejection_threshold(args, index, tau)
-    if tau is not None:
-        console.note(f"rejecting rows whose aligned cosine is below {tau:.4f}")
+    tau = rejection_threshold(args, index, tau, console)
     with opened_store(args.store) as store:
         ids, labels, scores = classify_rows(index, store, write_field=args.write_field, reject_below=tau,
                                             batch_size=batch_size)

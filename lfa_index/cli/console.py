@@ -16,7 +16,7 @@ OWN_WARNINGS = (TruncationWarning, SkippedInputWarning, RandomWeightsWarning)
 
 
 class Console:
-    """Notes and warnings on stderr; ``quiet`` silences notes and progress bars, never warnings."""
+    """Notes and warnings on stderr; ``quiet`` silences progress bars only, never notes, results or warnings."""
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
@@ -25,9 +25,9 @@ class Console:
     def progress(self) -> bool:
         return not self.quiet
 
-    def note(self, message: str) -> None:
-        if not self.quiet:
-            print(message, file=sys.stderr, flush=True)
+    @staticmethod
+    def note(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
 
     @staticmethod
     def warn(message: str) -> None:

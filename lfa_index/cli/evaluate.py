@@ -14,12 +14,13 @@ from lfa_index import AlignedIndex, LabelSpace
 from lfa_index.adapters import EmbeddingSource
 from lfa_index.baselines import BASELINES
 from lfa_index.files import atomic_write
-from lfa_index.reporting import FewShotTask, class_positions, run_few_shot
+from lfa_index.reporting import FewShotTask, class_positions, format_open_set, open_set_metrics, run_few_shot
 from lfa_index.reporting.evaluation import LFA_METHOD, FewShotResults
 
 from .console import Console
 from .errors import CLIError
 from .inputs import (
+    check_labels,
     class_list,
     class_prototypes,
     collect_items,
@@ -27,16 +28,22 @@ from .inputs import (
     encoder_from_args,
     load_index,
     require_model,
+    use_saved_encoders,
 )
 from .options import (
     add_command,
     add_encoder_args,
     add_eval_set_args,
+    add_force,
     add_lfa_args,
     add_prototype_args,
+    add_reject_below,
     add_text_columns,
+    add_unknown_label,
+    given_threshold,
     lfa_options,
     positive_int,
+    rejection_threshold,
 )
 from .readers import Items
 
@@ -48,7 +55,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                     description="Accuracy of LFA against zero-shot, nearest class mean, kNN and a linear probe.\n"
                                 "With INDEX: the baselines are fitted on the index's support set.\n"
                                 "With --pool: k-shot support sets are drawn from the pool (--shots, --seeds) and "
-                                "every\nmethod is fitted on each.")
+                                "every\nmethod is fitted on each.\nWith INDEX and --unknown-label: the eval rows "
+                                "so labelled are out of scope, the table is\nof the others, and the open-set "
+                                "metrics of the index follow it.")
     p.add_argument("index", metavar="INDEX", nargs="?", help="directory written by `lfa-index fit` (or use --pool)")
     add_eval_set_args(p)
     p.add_argument("--pool", metavar="FILE", help="labelled embeddings to draw k-shot support sets from")
@@ -59,6 +68,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_encoder_args(p)
     add_prototype_args(p)
     add_lfa_args(p)
+    add_force(p)
+    add_unknown_label(p, "eval rows (with INDEX)")
+    add_reject_below(p, "eval rows (with INDEX and --unknown-label)")
     p.add_argument("--shots", nargs="+", default=["1", "4", "16"], help="support rows per class (default 1 4 16)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="one support draw per seed (default 0 1 2)")
     p.add_argument("--no-zero-shot", action="store_true",
@@ -73,15 +85,20 @@ def run(args: argparse.Namespace, console: Console) -> int:
                                need_labels=True, what="eval set")
     if eval_items is None:
         raise CLIError("give the eval set: --eval FILE, --eval-images DIR or --eval-texts CSV (with labels).")
-    require_model(eval_items, args)
-    model = encoder_from_args(args, console, args.model)
+    if not args.index and (args.unknown_label or args.reject_below):
+        raise CLIError("--unknown-label and --reject-below report the open set of a saved INDEX: pass one.")
+    open_set = None
     if args.index:
-        results, header, zero_shot = _eval_index(args, console, eval_items, model)
+        results, header, zero_shot, open_set = _eval_index(args, console, eval_items)
     else:
+        require_model(eval_items, args)
+        model = encoder_from_args(args, console, args.model)
         results, header, zero_shot = _eval_pool(args, console, eval_items, model)
     left_out = "" if zero_shot else "; zero-shot left out (rows and prototypes differ in width, or --no-zero-shot)"
     print(f"{header}\naccuracy (%){left_out}")
     print(results.table())
+    if open_set is not None:
+        print(format_open_set(open_set))
     if args.json:
         atomic_write(args.json, json.dumps(results.to_dict(), indent=1) + "\n")
         console.note(f"wrote {args.json}")
@@ -89,17 +106,33 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _eval_index(
-    args: argparse.Namespace, console: Console, eval_items: Items, model: EmbeddingSource | None
-) -> tuple[FewShotResults, str, bool]:
-    """LFA of a saved index against the baselines fitted on its support set: results, header, zero-shot."""
+    args: argparse.Namespace, console: Console, eval_items: Items
+) -> tuple[FewShotResults, str, bool, dict | None]:
+    """LFA of a saved index against the baselines fitted on its support set: results, header, zero-shot and,
+    with ``--unknown-label``, the index's open-set metrics."""
+    tau = given_threshold(args)
     index = load_index(args.index, args.device)
-    eval_items = embed_items(eval_items, model, console, strict=args.strict)
-    y_eval = class_positions(index, eval_items.labels)
+    if eval_items.kind != "embeddings":
+        use_saved_encoders(args, index)
+        require_model(eval_items, args)
+    truth = check_labels(index.label_space_, eval_items.labels, "the eval rows", args.unknown_label)
+    eval_items = embed_items(eval_items, encoder_from_args(args, console, args.model), console, strict=args.strict)
+    x, inside = eval_items.embeddings, truth >= 0
+    if not inside.any():
+        raise CLIError(f"every eval row is labelled --unknown-label {args.unknown_label}: none is left to score "
+                       "the classes on.")
     zero_shot = not args.no_zero_shot and index.text_embeddings_.shape[1] == index.n_features_in_
-    results = _index_table(index, eval_items.embeddings, y_eval, zero_shot)
+    results = _index_table(index, x[inside], truth[inside], zero_shot)
     header = (f"{args.index}: support set of the index ({len(index.support_labels_)} rows, median shots per class "
-              f"shown as 'shots'), {len(y_eval)} eval rows")
-    return results, header, zero_shot
+              f"shown as 'shots'), {int(inside.sum())} eval rows"
+              + (f" in scope, {int((~inside).sum())} out of scope (--unknown-label {args.unknown_label})"
+                 if args.unknown_label else ""))
+    if args.unknown_label is None:
+        return results, header, zero_shot, None
+    tau = rejection_threshold(args, index, tau, console, open_set=True)
+    _, found = index.search(x, k=1)
+    metrics = open_set_metrics(truth, index.label_space_.lookup(found[:, 0]), index.score_samples(x), tau)
+    return results, header, zero_shot, metrics
 
 
 def _eval_pool(

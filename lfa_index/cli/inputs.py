@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from lfa_index import AlignedIndex
+from lfa_index import AlignedIndex, LabelSpace
 from lfa_index.adapters import (
     ENCODER_FORMS,
     PHOTO_TEMPLATE,
@@ -25,13 +25,21 @@ from lfa_index.adapters import (
     make_encoder,
     prompt_ensemble,
 )
-from lfa_index.errors import IndexNotFoundError
+from lfa_index.errors import CollectionNotFoundError, IndexNotFoundError, LabelError
 from lfa_index.stores import FaissStore, VectorStore, open_store, support_from_store
 
 from .console import PROG, Console, one_line
 from .errors import CLIError
 from .options import cache_dir
-from .readers import Items, read_classes, read_embedding_file, read_image_folder, read_image_paths, read_texts
+from .readers import (
+    Items,
+    read_class_names,
+    read_classes,
+    read_embedding_file,
+    read_image_folder,
+    read_image_paths,
+    read_texts,
+)
 
 
 def encoder_from_args(args: argparse.Namespace, console: Console, spec: str | None) -> EmbeddingSource | None:
@@ -105,23 +113,114 @@ def embed_items(items: Items, encoder: EmbeddingSource | None, console: Console,
     return Items(ids=[items.ids[i] for i in keep], labels=labels, embeddings=x)
 
 
-def query_items(args: argparse.Namespace, console: Console) -> Items | None:
+def query_items(args: argparse.Namespace, console: Console, index: AlignedIndex) -> Items | None:
     """The item queries of ``predict`` / ``search``, embedded; None when none were given."""
-    items = collect_items(args, file="queries", images="images", texts="texts", text="text", labels="labels",
-                          need_labels=False, what="queries")
+    items = unembedded_queries(args, index)
     if items is None:
         return None
-    require_model(items, args)
     return embed_items(items, encoder_from_args(args, console, args.model), console, strict=args.strict)
 
 
+def unembedded_queries(args: argparse.Namespace, index: AlignedIndex) -> Items | None:
+    """The item queries, read but not embedded yet (their encoder resolved and checked); None when none were given."""
+    items = collect_items(args, file="queries", images="images", texts="texts", text="text", labels="labels",
+                          need_labels=False, what="queries")
+    if items is not None and items.kind != "embeddings":
+        use_saved_encoders(args, index)
+        require_model(items, args)
+    return items
+
+
+def use_saved_encoders(args: argparse.Namespace, index: AlignedIndex) -> None:
+    """Fill ``--model`` / ``--text-model`` from the encoder SPECs saved in the index; refuse a different
+    SPEC (it embeds into another space: silent garbage) unless ``--force``."""
+    saved = index.encoders_
+    for flag, attr, side in (("--model", "model", "document"), ("--text-model", "text_model", "name")):
+        if not hasattr(args, attr):
+            continue
+        given = getattr(args, attr)
+        if given is None:
+            setattr(args, attr, saved[side])
+        elif saved[side] is not None and given != saved[side] and not getattr(args, "force", False):
+            what = "queries" if side == "document" else "prompts"
+            raise CLIError(
+                f"{args.index} was fitted with {flag} {saved[side]}; {flag} {given} would embed the {what} into "
+                f"another space and give meaningless answers. Drop {flag} (the saved one is used), or pass --force "
+                "to use it anyway."
+            )
+
+
+def check_labels(space: LabelSpace, labels: np.ndarray, flag: str, unknown_label: str | None = None) -> np.ndarray:
+    """Class positions of ``labels`` (the labels of ``flag``'s rows) in ``space`` (an index's ``label_space_``),
+    -1 where they equal ``unknown_label``; a :class:`CLIError` naming the labels that are neither (called
+    before anything is embedded)."""
+    labels = np.asarray(labels)
+    outside = labels.astype(str) == unknown_label if unknown_label is not None else np.zeros(len(labels), bool)
+    positions = np.full(len(labels), -1, dtype=np.int64)
+    try:
+        positions[~outside] = space.lookup(labels[~outside], name=f"the labels of {flag}")
+    except LabelError as err:
+        known = {str(c) for c in space.classes}
+        strangers = sorted({str(v) for v in labels[~outside]} - known)
+        if unknown_label is not None:
+            hint = ""
+        elif len(strangers) == 1:
+            hint = f"; if they mark out-of-scope rows, pass --unknown-label {strangers[0]}"
+        else:
+            hint = "; if one of them marks out-of-scope rows, pass --unknown-label NAME"
+        raise CLIError(
+            f"the labels of {flag} hold {len(strangers)} name(s) not among the index's {len(known)} classes: "
+            f"{strangers[:5]}{hint} (or fit the index with those classes in --classes)."
+        ) from err
+    return positions
+
+
 def class_list(args: argparse.Namespace, labels: np.ndarray | None) -> list[str] | None:
-    """Class names from --classes, else the sorted distinct string labels, else None (integer labels)."""
-    if getattr(args, "classes", None):
-        return read_classes(args.classes)
+    """Class names from --classes, else the sorted distinct string labels, else None (integer labels).
+
+    Labels that --classes does not list fail here, before anything is embedded."""
+    if not getattr(args, "classes", None):
+        return sorted(set(labels.tolist())) if labels is not None and labels.dtype.kind == "U" else None
+    names = read_classes(args.classes)
     if labels is not None and labels.dtype.kind == "U":
-        return sorted(set(labels.tolist()))
-    return None
+        missing = sorted(set(labels.tolist()) - set(names))
+        if missing:
+            raise CLIError(
+                f"the support labels hold {len(missing)} name(s) that --classes {args.classes} does not list: "
+                f"{missing[:5]}; add them to {args.classes} or drop those rows."
+            )
+    elif labels is not None and len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
+        raise CLIError(
+            f"integer labels index the {len(names)} names of --classes {args.classes}: they must lie in "
+            f"0..{len(names) - 1}, got {int(labels.min())}..{int(labels.max())}."
+        )
+    return names
+
+
+def labelled_rows(path: str, labels_path: str | None, args: argparse.Namespace, what: str) -> Items:
+    """Labelled rows of one file, not embedded yet: a CSV (or .tsv) of texts, else an embeddings file."""
+    if path.lower().endswith((".csv", ".tsv")):
+        items = read_texts(path, text_column=args.text_column, label_column=args.label_column, need_labels=True)
+    else:
+        items = read_embedding_file(path, labels_path)
+    if items.labels is None:
+        raise CLIError(f"the {what} need labels: {path} has none (use a file with a labels array, or a labels file).")
+    return items
+
+
+def readable_names(args: argparse.Namespace, class_names: list[str]) -> list[str]:
+    """The names to embed for ``class_names``: their entries in --class-names FILE, else the names as given."""
+    path = getattr(args, "class_names", None)
+    if not path:
+        return class_names
+    mapping = read_class_names(path)
+    missing = [n for n in class_names if n not in mapping]
+    if missing:
+        raise CLIError(
+            f"--class-names {path} gives no readable name for {len(missing)} class(es): {missing[:5]}; add a "
+            "line for each."
+        )
+    return [mapping[n] for n in class_names]
 
 
 def class_prototypes(
@@ -145,8 +244,10 @@ def class_prototypes(
             "integer labels give no class names to embed: pass --classes FILE (one name per line, in label order)."
         )
     templates = tuple(args.template) if args.template else (PHOTO_TEMPLATE if images else ("{}",))
-    console.note(f"embedding {len(class_names)} class names with {encoder.name} (templates: {list(templates)})")
-    return prompt_ensemble(class_names, encoder.embed_texts, templates)
+    names = readable_names(args, class_names)
+    mapped = " (readable names from --class-names)" if names != class_names else ""
+    console.note(f"embedding {len(class_names)} class names{mapped} with {encoder.name} (templates: {list(templates)})")
+    return prompt_ensemble(names, encoder.embed_texts, templates)
 
 
 def load_index(path: str, device: str) -> AlignedIndex:
@@ -161,7 +262,13 @@ def load_index(path: str, device: str) -> AlignedIndex:
 @contextmanager
 def opened_store(uri: str) -> Iterator[VectorStore]:
     """The store ``uri`` names (``SCHEME:LOCATION#COLLECTION``), an existing one only; closed at the end."""
-    store = open_store(uri)
+    try:
+        store = open_store(uri)
+    except CollectionNotFoundError as err:
+        raise CLIError(
+            f"{uri}: no such collection; check the name after '#', or create the collection and add rows to it first "
+            "(the commands read existing collections only)."
+        ) from err
     try:
         yield store
     finally:

@@ -11,7 +11,7 @@ import numpy as np
 
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
-from lfa_index.errors import InvalidParameterError
+from lfa_index.index.calibration import OBJECTIVES
 from lfa_index.stores.uri import URI_FORMS
 
 from .errors import CLIError
@@ -36,7 +36,7 @@ def add_command(commands: argparse._SubParsersAction, name: str, **kwargs: Any) 
 def _shared_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bars or notes (warnings and errors still show)")
+                        help="no progress bars (notes, results, warnings and errors still show)")
     parent.add_argument("--device", default="auto",
                         help="'auto' (CUDA when available), 'cpu', 'cuda', 'cuda:N' (default auto)")
     parent.add_argument("--cache-dir", help=f"embedding cache folder (default ${CACHE_ENV}, else "
@@ -99,8 +99,34 @@ def add_query_args(p: argparse.ArgumentParser, *, text_model: bool = False) -> N
 
 def add_reject_below(p: argparse.ArgumentParser, rows: str) -> None:
     p.add_argument("--reject-below", metavar="TAU",
-                   help=f"label {rows} whose best aligned cosine is below TAU as 'unknown'; "
-                        "'auto' keeps 95%% of the support rows")
+                   help=f"label {rows} whose open-set score is below TAU as 'unknown'; 'auto' accepts 95%% of "
+                        "held-out support rows; 'none' ignores the TAU saved in the index (default: that TAU, "
+                        "if `fit --calibrate-on` saved one); a negative TAU is written --reject-below=-1.5")
+
+
+def add_unknown_label(p: argparse.ArgumentParser, rows: str) -> None:
+    p.add_argument("--unknown-label", metavar="NAME",
+                   help=f"the label of out-of-scope {rows} (e.g. oos): they should be rejected; reports in-scope "
+                        "accuracy, out-of-scope recall and precision, macro-F1 and AUROC")
+
+
+def add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="use --model/--text-model even where INDEX was fitted with another encoder")
+
+
+def add_calibration_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibrate-on", metavar="FILE",
+                   help=f"labelled validation rows ({EMBEDDING_FILES} with labels, or a CSV of texts) to set the "
+                        "rejection threshold on; it is saved in the index (predict and classify use it)")
+    p.add_argument("--calibrate-labels", metavar="FILE", help="labels of --calibrate-on rows (optional)")
+    add_unknown_label(p, "rows of --calibrate-on")
+    p.add_argument("--objective", choices=OBJECTIVES,
+                   help="how --calibrate-on sets the threshold: accept --accept-rate of the known-class rows, reject "
+                        "--oos-recall of the out-of-scope ones, or the best macro-F1 over the known classes + "
+                        "unknown (default macro-f1 with --unknown-label, else accept-rate)")
+    p.add_argument("--accept-rate", default="0.95", help="known-class rows to accept (default 0.95)")
+    p.add_argument("--oos-recall", default="0.9", help="out-of-scope rows to reject (default 0.9)")
 
 
 def add_eval_set_args(p: argparse.ArgumentParser, purpose: str = "") -> None:
@@ -122,35 +148,55 @@ def positive_int(value: Any, flag: str) -> int:
     return number
 
 
-def cosine_threshold(value: str, flag: str) -> float:
-    """``value`` as a finite number; the index then checks it can separate its scores
-    (within [-1, 1] unless its classifier has class biases)."""
+def score_threshold(value: str, flag: str) -> float:
+    """``value`` as a finite number (an open-set score, see ``AlignedIndex.score_samples``)."""
     try:
         number = float(value)
     except (TypeError, ValueError) as err:
-        raise CLIError(f"{flag} must be 'auto' or a number (an aligned score, e.g. 0.3), got {value!r}.") from err
+        raise CLIError(f"{flag} must be 'auto', 'none' or a number (an open-set score, e.g. -1.5), "
+                       f"got {value!r}.") from err
     if not np.isfinite(number):
-        raise CLIError(f"{flag} must be 'auto' or a finite number (an aligned score, e.g. 0.3), got {value!r}.")
+        raise CLIError(f"{flag} must be 'auto', 'none' or a finite number (an open-set score, e.g. -1.5), "
+                       f"got {value!r}.")
+    return number
+
+
+def fraction(value: Any, flag: str) -> float:
+    """``value`` as a number in (0, 1], or a :class:`CLIError` naming ``flag``."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as err:
+        raise CLIError(f"{flag} must be a number in (0, 1], got {value!r}.") from err
+    if not 0 < number <= 1:
+        raise CLIError(f"{flag} must be a number in (0, 1], got {value!r}.")
     return number
 
 
 def given_threshold(args: argparse.Namespace) -> float | None:
-    """The cosine ``--reject-below`` gives, read before any work; None when absent or 'auto'."""
-    if args.reject_below is None or args.reject_below == "auto":
+    """The number ``--reject-below`` gives, read before any work; None when absent, 'auto' or 'none'."""
+    if args.reject_below is None or args.reject_below in ("auto", "none"):
         return None
-    return cosine_threshold(args.reject_below, "--reject-below")
+    return score_threshold(args.reject_below, "--reject-below")
 
 
-def rejection_threshold(args: argparse.Namespace, index: AlignedIndex, given: float | None) -> float | None:
-    """The threshold of ``--reject-below``: ``given`` once the index accepts it (within [-1, 1] unless
-    its classifier has class biases), or with 'auto' the index's (95% of the support kept)."""
-    if args.reject_below == "auto":
-        return index.rejection_threshold(0.95)
+def rejection_threshold(
+    args: argparse.Namespace, index: AlignedIndex, given: float | None, console: Any, *, open_set: bool = False
+) -> float | None:
+    """The threshold of ``--reject-below``: ``given``, the index's for 'auto' (95% of held-out support rows
+    accepted), none for 'none'; absent, the τ saved in the index, else 'auto' when ``open_set`` (an
+    ``--unknown-label`` was given), else none. Says which on the console."""
+    choice = args.reject_below
+    if choice is None and index.reject_below_ is not None:
+        console.note(f"rejecting below the threshold saved in the index, {index.reject_below_:.4f} "
+                     "(--reject-below none keeps every query)")
+        return index.reject_below_
+    if choice == "auto" or (choice is None and open_set):
+        tau = index.rejection_threshold(accept_rate=0.95)
+        console.note(f"rejecting below {tau:.4f}, which accepts 95% of held-out support rows"
+                     + ("" if choice else " (no --reject-below given and none saved in the index)"))
+        return tau
     if given is not None:
-        try:
-            index.check_threshold(given)
-        except InvalidParameterError as err:
-            raise CLIError(f"--reject-below: {err}") from err
+        console.note(f"rejecting below {given:.4f}")
     return given
 
 

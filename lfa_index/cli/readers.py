@@ -98,6 +98,26 @@ def read_classes(path: str) -> list[str]:
     return names
 
 
+def read_class_names(path: str) -> dict[str, str]:
+    """Readable class names by label: a JSON object ``{"pto_balance": "PTO balance"}``, or a CSV whose first
+    column is the label and second the readable name (a header row is allowed)."""
+    p = Path(path)
+    with reading(path, "readable class names"):
+        if p.suffix.lower() == ".json":
+            mapping = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+                raise CLIError(f"{path}: expected a JSON object mapping each label to its readable name (a string).")
+        else:
+            with open(p, newline="", encoding="utf-8") as f:
+                rows = [r for r in csv.reader(f) if r and any(cell.strip() for cell in r)]
+            if any(len(r) < 2 for r in rows):
+                raise CLIError(f"{path}: every line needs two columns, the label and its readable name.")
+            mapping = {r[0].strip(): r[1].strip() for r in rows}
+    if not mapping:
+        raise CLIError(f"{path} holds no readable class names; give one 'label,readable name' line per class.")
+    return {str(k): v for k, v in mapping.items()}
+
+
 def read_texts(path: str, *, text_column: str, label_column: str | None, need_labels: bool) -> Items:
     """Texts (and labels) from a CSV with a header, or a .txt file with one text per line.
 

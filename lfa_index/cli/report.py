@@ -8,8 +8,16 @@ from pathlib import Path
 from lfa_index.reporting import alignment_section, write_report
 
 from .console import Console
-from .inputs import collect_items, embed_items, encoder_from_args, load_index, require_model
-from .options import DEFAULT_REPORT_DIR, add_command, add_encoder_args, add_eval_set_args, add_text_columns
+from .inputs import (
+    check_labels,
+    collect_items,
+    embed_items,
+    encoder_from_args,
+    load_index,
+    require_model,
+    use_saved_encoders,
+)
+from .options import DEFAULT_REPORT_DIR, add_command, add_encoder_args, add_eval_set_args, add_force, add_text_columns
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -24,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_eval_set_args(p, purpose=", for per-class accuracy")
     add_text_columns(p)
     add_encoder_args(p, text_model=False)
+    add_force(p)
     p.add_argument("-o", "--output", default=DEFAULT_REPORT_DIR, metavar="DIR",
                    help=f"report folder (default {DEFAULT_REPORT_DIR})")
     p.add_argument("--title", help="report title (default: the index folder name)")
@@ -37,7 +46,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
                                need_labels=True, what="eval set")
     x_eval = y_eval = None
     if eval_items is not None:
+        if eval_items.kind != "embeddings":
+            use_saved_encoders(args, index)
         require_model(eval_items, args)
+        check_labels(index.label_space_, eval_items.labels, "the eval rows")
         eval_items = embed_items(eval_items, encoder_from_args(args, console, args.model), console, strict=args.strict)
         x_eval, y_eval = eval_items.embeddings, eval_items.labels
     name = Path(args.index).name

@@ -18,8 +18,8 @@ from lfa_index.stores import search_unaligned
 
 from .console import Console
 from .errors import CLIError
-from .inputs import encoder_from_args, load_index, opened_store, query_items
-from .options import STORE_URI_FORMS, add_command, add_query_args, positive_int
+from .inputs import encoder_from_args, load_index, opened_store, query_items, use_saved_encoders
+from .options import STORE_URI_FORMS, add_command, add_force, add_query_args, positive_int
 from .output import csv_text, label_name, write_output
 from .readers import EMBEDDING_FILES, read_texts
 
@@ -37,6 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                 "back, k x overfetch candidates re-ranked exactly).")
     p.add_argument("index", metavar="INDEX", help="directory written by `lfa-index fit`")
     add_query_args(p, text_model=True)
+    add_force(p)
     p.add_argument("--prompt", action="append", metavar="TEXT", help="text query on the class-name side (repeatable)")
     p.add_argument("--prompt-file", metavar="FILE",
                    help="text queries on the class-name side (.txt one per line, or CSV)")
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if prompts and args.prompt_embeddings:
         raise CLIError("give prompt queries one way: --prompt/--prompt-file or --prompt-embeddings, not both.")
     has_prompts = bool(prompts or args.prompt_embeddings)
-    items = query_items(args, console)
+    items = query_items(args, console, index)
     if has_prompts and items is not None:
         raise CLIError("give either item queries (--queries/--images/--texts/--text) or --prompt queries, not both.")
     if args.store and items is not None:
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             "store of raw embeddings) or fit with --corpus."
         )
     if has_prompts:
-        query_ids, queries = _prompt_queries(args, prompts, console)
+        query_ids, queries = _prompt_queries(args, index, prompts, console)
         if args.store:
             with opened_store(args.store) as store:
                 scores, ids = search_unaligned(index, store, queries, k=k, overfetch=overfetch)
@@ -116,14 +117,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _prompt_queries(args: argparse.Namespace, prompts: list[str], console: Console) -> tuple[list[str], np.ndarray]:
+def _prompt_queries(
+    args: argparse.Namespace, index: AlignedIndex, prompts: list[str], console: Console
+) -> tuple[list[str], np.ndarray]:
     """``(query ids, class-name-side embeddings)``: the prompts embedded by --text-model, or --prompt-embeddings."""
     if args.prompt_embeddings:
         queries, _ = load_embeddings(args.prompt_embeddings)
         return [str(i) for i in range(len(queries))], queries
+    use_saved_encoders(args, index)
     encoder = encoder_from_args(args, console, args.text_model)
     if encoder is None:
-        raise CLIError("--prompt needs --text-model SPEC (the model that embedded the class names).")
+        raise CLIError("--prompt needs --text-model SPEC (the model that embedded the class names; this index "
+                       "did not save one).")
     templates = tuple(args.template) if args.template else ("{}",)
     return prompts, prompt_ensemble(prompts, encoder.embed_texts, templates)
 

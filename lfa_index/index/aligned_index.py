@@ -17,14 +17,24 @@ from ..core import LFA
 from ..core.validation import check_embeddings, check_number, validate_params, weighted_accuracy
 from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
-from .calibration import check_reject_below, quantile_threshold, support_scores
+from .calibration import (
+    OBJECTIVES,
+    UNKNOWN,
+    Objective,
+    check_reject_below,
+    first_view,
+    objective_threshold,
+    quantile_threshold,
+    support_scores,
+)
 from .classes import ClassTable, class_vectors, nearest_classes, search_classes
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
-from .format import PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
+from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
 from .maps import query_maps
+from .openset import NoveltyScore
 from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
 
 
@@ -60,6 +70,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     classes_ : ndarray (C,)           labels: row indices of ``text_emb`` (int64) or class names.
     class_names_ : list[str] or None  class names, in row order.
     unknown_label_ : int or None      what ``predict(reject_below=τ)`` gives rejected queries.
+    reject_below_ : float or None     a τ kept with the index (:meth:`set_reject_below`), or None.
+    encoders_ : dict                  encoder SPECs of the rows ("document") and the class names ("name"),
+                                      each str or None, as :meth:`set_encoders` recorded them.
     is_new_class_ : ndarray (C,) bool classes added by :meth:`add_classes` without support images.
     prototypes_, intercept_ : ndarray (C, d), (C,)   class vectors and biases in the aligned space.
     text_embeddings_ : ndarray (C, d_txt)            the prototypes as given.
@@ -71,6 +84,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     -------
     >>> index = AlignedIndex(lfa=LFA(steps=100, random_state=0)).fit(X, ["cat", "dog"], T, ["cat", "dog"])
     >>> index.predict(Q, reject_below=index.rejection_threshold())
+    >>> index.score_samples(Q)                         # open-set score, higher = more likely known
     >>> cross_val_score(AlignedIndex(lfa=LFA(steps=50)), X, y, params={"text_emb": T})  # y: ints
     """
 
@@ -100,6 +114,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._table: ClassTable | None = None
         self._corpus: Corpus | None = None
         self._device: FaissDevice | None = None
+        self._novelty: tuple[ClassTable, NoveltyScore] | None = None
+        self._reject_below: float | None = None
+        self._encoders: dict[str, str | None] = dict(NO_ENCODERS)
 
     # ------------------------------------------------------------------ fitting
     def fit(self, img_emb: Any, labels: Any, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
@@ -121,6 +138,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             self._device = FaissDevice(lfa.device)
             self._set_fitted(lfa, support, y)
             self._corpus = None
+            self._encoders = dict(NO_ENCODERS)
             self._publish(space, np.zeros(len(text), dtype=bool), text, np.empty((0, 0), dtype=np.float32))
         return self
 
@@ -165,13 +183,15 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self.n_features_in_ = int(lfa.n_features_in_)
 
     def _publish(self, space: LabelSpace, is_new: np.ndarray, text: np.ndarray, added: np.ndarray) -> None:
+        """A new class table; a kept τ is dropped (it was set on the scores of the previous one)."""
         prototypes, intercept = class_vectors(self.lfa_, is_new, added)
         maps = query_maps(self.lfa_)
         self._table = ClassTable.build(space, prototypes, intercept, is_new, text, maps, self._device)
+        self._reject_below = None
 
     # ------------------------------------------------------------------ classification
     def predict(self, X: Any, reject_below: float | None = None) -> np.ndarray:
-        """Label of the nearest class (n,); with ``reject_below=τ`` queries whose best aligned score
+        """Label of the nearest class (n,); with ``reject_below=τ`` queries whose :meth:`score_samples`
         is below τ get ``unknown_label_`` (see :meth:`rejection_threshold`)."""
         table = self._snapshot()
         x = self._check_queries(X)
@@ -179,16 +199,60 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             return table.labels.labels(nearest_classes(table, x))
         self.check_threshold(reject_below)
         scores, positions = search_classes(table, x, 1)
-        return table.labels.reject(table.labels.labels(positions[:, 0]), scores[:, 0], reject_below)
+        known = self._novelty_score(table).score(x, scores[:, 0])
+        return table.labels.reject(table.labels.labels(positions[:, 0]), known, reject_below)
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """Open-set score of each query (n,) float32: higher means more likely a known class.
+
+        The best aligned score plus the cosine to the nearest aligned support row, each
+        standardised on held-out support rows (:mod:`~lfa_index.index.openset`; the best aligned
+        score alone while the index holds classes added from text). ``predict(X, reject_below=τ)``
+        rejects where it is below τ. The first call after a fit may fit K-fold clones of ``lfa_``
+        to hold support rows out (not for the default LFA, whose fit keeps cross-fitted scores).
+
+        >>> roc_auc_score(is_known, index.score_samples(queries))
+        """
+        table = self._snapshot()
+        x = self._check_queries(X)
+        return self._novelty_score(table).score(x, search_classes(table, x, 1)[0][:, 0])
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Top-1 accuracy of :meth:`predict` on ``(X, y)``, optionally weighted (one weight >= 0 per row)."""
         return weighted_accuracy(self.predict(X), y, sample_weight)
 
     def check_threshold(self, reject_below: Any) -> float:
-        """``reject_below`` as a finite τ that can separate scores: within [-1, 1] (aligned cosines)
-        unless the classifier has class biases, whose scores reach beyond; typed error otherwise."""
-        return check_reject_below(reject_below, bounded=not self.augmented_)
+        """``reject_below`` as a finite τ on the scale of :meth:`score_samples`; typed error otherwise."""
+        return check_reject_below(reject_below)
+
+    def set_reject_below(self, reject_below: float | None) -> "AlignedIndex":
+        """Keep τ with the index (``reject_below_``, saved by :meth:`save`); None forgets it. Refitting or
+        adding classes forgets it too: τ belongs to the scores it was set on.
+
+        >>> index.set_reject_below(index.rejection_threshold(X_val, y_val, unknown_label="oos")).save("idx")
+        """
+        self._check_fitted()
+        self._reject_below = None if reject_below is None else self.check_threshold(reject_below)
+        return self
+
+    def set_encoders(self, document: str | None = None, name: str | None = None) -> "AlignedIndex":
+        """Record the encoder SPECs (e.g. "minilm") that embedded the rows (``document``: support and
+        queries) and the class names (``name``), kept in ``encoders_`` and saved by :meth:`save`."""
+        for value, what in ((document, "document"), (name, "name")):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise InvalidParameterError(f"{what} must be an encoder SPEC string (e.g. 'minilm') or None.")
+        self._encoders = {"document": document, "name": name}
+        return self
+
+    @property
+    def reject_below_(self) -> float | None:
+        """The τ kept with the index by :meth:`set_reject_below` (saved with it), or None."""
+        return self._reject_below
+
+    @property
+    def encoders_(self) -> dict[str, str | None]:
+        """Encoder SPECs recorded by :meth:`set_encoders`: ``{"document": ..., "name": ...}`` (a copy)."""
+        return dict(self._encoders)
 
     def search(self, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` classes of each query: ``(aligned scores, labels)``, each (n, min(k, C)), best first."""
@@ -208,27 +272,68 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         proba = np.exp(logits - logits.max(axis=1, keepdims=True))
         return (proba / proba.sum(axis=1, keepdims=True)).astype(np.float32)
 
-    def rejection_threshold(self, accept_rate: float = 0.95, img_emb: Any = None) -> float:
-        """τ for ``predict(reject_below=τ)`` accepting ``accept_rate`` of known-class queries.
+    def rejection_threshold(
+        self, X_val: Any = None, y_val: Any = None, *, unknown_label: Any = None, objective: Objective = "accept-rate",
+        accept_rate: float = 0.95, oos_recall: float = 0.9,
+    ) -> float:
+        """τ for ``predict(reject_below=τ)``, on the scale of :meth:`score_samples`.
 
-        Calibrated on ``img_emb`` (n, d_in) when given; else on the support rows, each scored by a
-        model that never saw it (:func:`~lfa_index.index.calibration.heldout_scores`): the default
-        LFA's cross-fitted ``heldout_scores_``, or K-fold clones of ``lfa_`` (class-stratified,
-        K = min(5, smallest class count), at least 2), computed once and kept in
-        ``lfa_.heldout_scores_`` so a saved index keeps them. When no class has two support rows
-        (1 shot) nothing can be held out: τ then comes from the fitted model's own scores of its
-        support, which accepts fewer unseen images than ``accept_rate``; pass ``img_emb`` instead.
+        X_val : (n, d_in) or None
+            Validation rows; None: the support rows, each scored by a model that never saw it
+            (the default LFA's cross-fitted ``heldout_scores_``, or K-fold clones of ``lfa_``, kept
+            in ``lfa_.heldout_scores_``; at 1 shot nothing can be held out and τ accepts fewer
+            unseen rows than asked).
+        y_val : (n,) labels of ``X_val`` in the index's label space, or None (every row known).
+        unknown_label : the label of ``y_val`` that marks out-of-scope rows (e.g. "oos").
+        objective : {"accept-rate", "oos-recall", "macro-f1"}, default="accept-rate"
+            Accept ``accept_rate`` of the known-class rows; reject at least ``oos_recall`` of the
+            out-of-scope rows; or the best macro-F1 over the known classes + unknown. The last
+            two need ``y_val`` with out-of-scope rows.
 
-        >>> index.predict(queries, reject_below=index.rejection_threshold(0.95))
+        >>> index.predict(queries, reject_below=index.rejection_threshold(accept_rate=0.95))
+        >>> index.rejection_threshold(X_val, y_val, unknown_label="oos", objective="macro-f1")
         """
         check_number(accept_rate, "accept_rate", low=0.0, high=1.0, low_inclusive=False)
-        if img_emb is not None:
-            best = search_classes(self._snapshot(), self._check_queries(img_emb, name="img_emb"), 1)[0][:, 0]
-            return quantile_threshold(best, accept_rate)
-        with self._lock:
+        check_number(oos_recall, "oos_recall", low=0.0, high=1.0, low_inclusive=False)
+        if objective not in OBJECTIVES:
+            raise InvalidParameterError(f"objective must be one of {list(OBJECTIVES)}, got {objective!r}.")
+        if X_val is None:
+            if y_val is not None or objective != "accept-rate":
+                raise InvalidParameterError(
+                    f"objective={objective!r} and y_val need validation rows: pass X_val (with y_val and "
+                    "unknown_label for out-of-scope rows)."
+                )
             table = self._snapshot()
-            lfa, support, labels = self.lfa_, self.support_embeddings_, self.support_labels_
-        return quantile_threshold(support_scores(lfa, support, labels, table.text_embeddings), accept_rate)
+            return quantile_threshold(self._novelty_score(table).heldout, accept_rate)
+        table = self._snapshot()
+        x = self._check_queries(X_val, name="X_val")
+        best, positions = search_classes(table, x, 1)
+        scores = self._novelty_score(table).score(x, best[:, 0])
+        truth = self._validation_truth(table, y_val, unknown_label, len(x), objective)
+        return objective_threshold(scores, truth, positions[:, 0], objective, accept_rate=accept_rate,
+                                   oos_recall=oos_recall)
+
+    @staticmethod
+    def _validation_truth(table: ClassTable, y_val: Any, unknown_label: Any, n_rows: int, objective: str) -> np.ndarray:
+        """Class positions of ``y_val`` (:data:`UNKNOWN` where it is ``unknown_label``), checked for ``objective``."""
+        if y_val is None:
+            if objective != "accept-rate":
+                raise InvalidParameterError(f"objective={objective!r} needs y_val with out-of-scope rows.")
+            return np.zeros(n_rows, dtype=np.int64)
+        labels = np.asarray(y_val, dtype=object)
+        if labels.ndim != 1 or len(labels) != n_rows:
+            raise InvalidParameterError(f"y_val must hold one label per row of X_val ({n_rows}), got {labels.shape}.")
+        outside = np.array([unknown_label is not None and v == unknown_label for v in labels], dtype=bool)
+        truth = np.full(n_rows, UNKNOWN, dtype=np.int64)
+        if (~outside).any():
+            truth[~outside] = table.labels.lookup(labels[~outside].tolist(), name="y_val")
+        if objective != "oos-recall" and outside.all():
+            raise InvalidParameterError(f"objective={objective!r} needs known-class rows in y_val; all are unknown.")
+        if objective != "accept-rate" and not outside.any():
+            raise InvalidParameterError(
+                f"objective={objective!r} needs out-of-scope rows: none of y_val is unknown_label={unknown_label!r}."
+            )
+        return truth
 
     # ------------------------------------------------------------------ aligned corpus
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
@@ -310,7 +415,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
                 return save_index(
                     path, params=self.get_params(deep=False), lfa=self.lfa_, table=self._table,
                     support_embeddings=self.support_embeddings_, support_labels=self.support_labels_,
-                    corpus=saved_corpus,
+                    corpus=saved_corpus, serving={"reject_below": self._reject_below, "encoders": self._encoders},
                 )
 
     @classmethod
@@ -332,6 +437,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             saved.labels, saved.prototypes, saved.intercept, saved.is_new, saved.text_embeddings, saved.maps, device,
             folded=saved.folded,
         )
+        self._reject_below = saved.reject_below
+        self._encoders = {**NO_ENCODERS, **(saved.encoders or {})}
         if saved.corpus is not None:
             self._corpus = Corpus.restore(saved.corpus, self.corpus_factory, self.corpus_params, device)
 
@@ -349,10 +456,11 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return self._table is not None
 
     def __getstate__(self) -> dict[str, Any]:  # copies and pickles (joblib workers) get a lock of their own
-        return {k: v for k, v in super().__getstate__().items() if k != "_lock"}
+        return {k: v for k, v in super().__getstate__().items() if k not in ("_lock", "_novelty")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
+        self._novelty = None
         self._lock = threading.RLock()
 
     def _check_params(self) -> None:
@@ -368,6 +476,16 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def _snapshot(self) -> ClassTable:
         self._check_fitted()
         return self._table
+
+    def _novelty_score(self, table: ClassTable) -> NoveltyScore:
+        """The open-set score of ``table``, built on first use (held-out support scores may need K-fold fits)."""
+        with self._lock:
+            built = self._novelty
+            if built is None or built[0] is not table:
+                support = self.support_embeddings_
+                heldout = support_scores(self.lfa_, support, self.support_labels_, table.text_embeddings)
+                built = self._novelty = (table, NoveltyScore.build(table, first_view(support), heldout))
+            return built[1]
 
     def _corpus_or_raise(self, caller: str) -> Corpus:
         self._check_fitted()

@@ -1,4 +1,4 @@
-"""Rejection thresholds: scores that calibrate them, the quantile that sets them, the check of a given one.
+"""Rejection thresholds: scores that calibrate them, the objectives that set them, the check of a given one.
 
 A fitted map scores its own support rows higher than unseen images of the same classes, so a
 threshold taken on them accepts far fewer test images than asked. The default LFA keeps the
@@ -10,6 +10,10 @@ Example
 >>> scores, how = heldout_scores(index.lfa_, index.support_embeddings_, index.support_labels_,
 ...                              index.text_embeddings_[: len(index.lfa_.prototypes_)])
 >>> tau = quantile_threshold(scores, accept_rate=0.95)  # float(np.quantile(scores, 0.05, method="lower"))
+
+With labelled validation rows that include out-of-scope ones, :func:`objective_threshold` sets τ
+for a known-class accept rate, a target out-of-scope recall or the best macro-F1 over the known
+classes and "unknown".
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from .maps import query_maps
 
 MAX_FOLDS = 5
 How = Literal["cross-fitted", "k-fold", "support"]
+Objective = Literal["accept-rate", "oos-recall", "macro-f1"]
+OBJECTIVES: tuple[str, ...] = ("accept-rate", "oos-recall", "macro-f1")
+UNKNOWN = -1
+"""Class position of out-of-scope rows in :func:`objective_threshold`'s ``truth``."""
 
 
 def heldout_scores(
@@ -73,10 +81,60 @@ def quantile_threshold(scores: np.ndarray, accept_rate: float) -> float:
     return float(np.quantile(scores, 1.0 - accept_rate, method="lower"))
 
 
-def check_reject_below(reject_below: Any, *, bounded: bool) -> float:
-    """``reject_below`` as a finite float τ, within [-1, 1] when ``bounded`` (scores are aligned cosines,
-    no class biases); :class:`~lfa_index.errors.InvalidParameterError` otherwise."""
-    check_number(reject_below, "reject_below", low=-1.0 if bounded else None, high=1.0 if bounded else None)
+def objective_threshold(
+    scores: np.ndarray, truth: np.ndarray, predicted: np.ndarray, objective: Objective, *,
+    accept_rate: float = 0.95, oos_recall: float = 0.9,
+) -> float:
+    """τ for ``score >= τ`` (accept) set on labelled validation rows.
+
+    ``scores`` (n,) open-set scores; ``truth`` (n,) class positions, :data:`UNKNOWN` for
+    out-of-scope rows; ``predicted`` (n,) the predicted class positions. Objectives:
+    "accept-rate" keeps ``accept_rate`` of the known-class rows; "oos-recall" rejects at least
+    ``oos_recall`` of the out-of-scope rows; "macro-f1" maximises the macro-F1 over the known
+    classes present in ``truth`` plus "unknown" (ties: the highest τ).
+    """
+    scores = np.asarray(scores)  # thresholds stay in the scores' own precision: τ compares to them as they are
+    known = truth != UNKNOWN
+    if objective == "accept-rate":
+        return quantile_threshold(scores[known], accept_rate)
+    if objective == "oos-recall":
+        unknown = np.sort(scores[~known])
+        needed = int(np.ceil(oos_recall * len(unknown) - 1e-9))
+        last = unknown[max(needed, 1) - 1]
+        return float(np.nextafter(last, np.asarray(np.inf, dtype=last.dtype)))
+    return _best_macro_f1_threshold(scores, truth, predicted)
+
+
+def _best_macro_f1_threshold(scores: np.ndarray, truth: np.ndarray, predicted: np.ndarray) -> float:
+    """τ with the best macro-F1 over the known classes of ``truth`` + unknown, over every cut of the sorted scores."""
+    order = np.argsort(-scores, kind="stable")
+    s, t, p = scores[order], truth[order], predicted[order]
+    classes = np.unique(t[t != UNKNOWN])
+    column = np.searchsorted(classes, p).clip(max=len(classes) - 1)
+    hit = np.zeros((len(s), len(classes)))
+    said = np.zeros((len(s), len(classes)))
+    said[np.arange(len(s)), column] = classes[column] == p
+    hit[np.arange(len(s)), column] = (classes[column] == p) & (p == t)
+    zero = np.zeros((1, len(classes)))
+    tp = np.concatenate([zero, np.cumsum(hit, axis=0)])  # row a: the first a rows (by score) accepted
+    accepted_as = np.concatenate([zero, np.cumsum(said, axis=0)])
+    support = np.bincount(np.searchsorted(classes, t[t != UNKNOWN]), minlength=len(classes))
+    f1_known = 2 * tp / np.maximum(accepted_as + support, 1)
+    n_unknown = int((t == UNKNOWN).sum())
+    unknown_accepted = np.concatenate([[0], np.cumsum(t == UNKNOWN)])
+    rejected = len(s) - np.arange(len(s) + 1)
+    f1_unknown = 2 * (n_unknown - unknown_accepted) / np.maximum(rejected + n_unknown, 1)
+    macro = (f1_known.sum(axis=1) + f1_unknown) / (len(classes) + 1)
+    cuts = np.ones(len(s) + 1, dtype=bool)  # a cut between equal scores cannot be a threshold
+    cuts[1:-1] = s[:-1] > s[1:]
+    best = int(np.flatnonzero(cuts)[np.argmax(macro[cuts])])
+    return float(np.nextafter(s[0], np.asarray(np.inf, dtype=s.dtype))) if best == 0 else float(s[best - 1])
+
+
+def check_reject_below(reject_below: Any) -> float:
+    """``reject_below`` as a finite float τ (an open-set score, see ``AlignedIndex.score_samples``);
+    :class:`~lfa_index.errors.InvalidParameterError` otherwise."""
+    check_number(reject_below, "reject_below")
     return float(reject_below)
 
 

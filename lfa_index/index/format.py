@@ -6,7 +6,9 @@ estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fit
 ``params.json``         ``index_format``; the constructor ``params`` (the ``lfa`` estimator's
                         parameters or null); ``label_space`` and ``class_names``; ``lfa``:
                         ``{"params", "state"}`` of the fitted estimator; ``corpus``:
-                        ``{"mapping", "next_id"}`` or null.
+                        ``{"mapping", "next_id"}`` or null; ``serving`` (optional):
+                        ``{"reject_below": τ or null, "encoders": {"document", "name"}}``, the
+                        threshold and encoder SPECs kept with the index.
 ``arrays.safetensors``  ``lfa.<name>``: the estimator's fitted arrays; ``text_embeddings`` (C, d_txt),
                         ``is_new_class`` (C,), ``added_prototypes`` (prototypes of the classes added
                         from text since the last fit), ``folded_task`` / ``folded_tt``, the support
@@ -42,6 +44,8 @@ INDEX_FORMAT = 3
 KIND = "aligned-index"
 PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE = "params.json", "arrays.safetensors", "corpus.faiss"
 LFA_PREFIX = "lfa."
+NO_ENCODERS: dict[str, str | None] = {"document": None, "name": None}
+"""``encoders_`` of an index that recorded none (the sides: rows, class names)."""
 _FOLD_RTOL, _FOLD_ATOL = 1e-4, 1e-5
 
 
@@ -61,12 +65,15 @@ class SavedIndex:
     support_embeddings: np.ndarray
     support_labels: np.ndarray | None
     corpus: tuple[faiss.Index, np.ndarray, str, int, QueryMap] | None  # index, sorted ids, mapping, next_id, map
+    reject_below: float | None = None
+    encoders: dict[str, str | None] | None = None
 
 
 # ------------------------------------------------------------------ writing
 def save_index(
     path: str | Path, *, params: dict[str, Any], lfa: LFA, table: ClassTable, support_embeddings: np.ndarray,
     support_labels: np.ndarray | None, corpus: tuple[faiss.Index, dict[str, Any], QueryMap] | None,
+    serving: dict[str, Any] | None = None,
 ) -> Path:
     """Write an index directory (format :data:`INDEX_FORMAT`) and return its path."""
     values, lfa_arrays = lfa.fitted_state()
@@ -92,6 +99,7 @@ def save_index(
         **table.labels.to_json(),
         "lfa": {"params": _jsonable(lfa.get_params(deep=False)), "state": _jsonable(values)},
         "corpus": corpus_doc,
+        "serving": _jsonable(serving or {}),
     }
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     return persistence.write_index_dir(
@@ -130,9 +138,11 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
     if corpus_doc is not None:
         files = (params_file, arrays_file, corpus_file)
         corpus = _corpus(corpus_doc, arr, indexes.get(CORPUS_FILE), lfa.n_features_in_, files)
+    with blame(params_file):
+        reject_below, encoders = _serving(doc.get("serving") or {})
     return SavedIndex(
         params, lfa, labels, classes["prototypes"], classes["intercept"], classes["is_new"], classes["text"],
-        classes["maps"], classes["folded"], support, support_labels, corpus,
+        classes["maps"], classes["folded"], support, support_labels, corpus, reject_below, encoders,
     )
 
 
@@ -170,6 +180,21 @@ def _params(saved: dict[str, Any], device: str | None) -> dict[str, Any]:
         lfa_params = {**(lfa_params or {}), "device": device}
     params["lfa"] = None if lfa_params is None else LFA(**lfa_params)
     return params
+
+
+def _serving(doc: Any) -> tuple[float | None, dict[str, str | None]]:
+    """The τ and encoder SPECs kept with an index (both optional), checked."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"serving must be an object, got {type(doc).__name__}")
+    tau = doc.get("reject_below")
+    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, (int, float)) or not np.isfinite(tau)):
+        raise ValueError(f"serving.reject_below must be a finite number or null, got {tau!r}")
+    encoders = doc.get("encoders") or {}
+    if not isinstance(encoders, dict) or set(encoders) - set(NO_ENCODERS):
+        raise ValueError(f"serving.encoders must map {sorted(NO_ENCODERS)} to SPEC strings, got {encoders!r}")
+    if not all(v is None or (isinstance(v, str) and v.strip()) for v in encoders.values()):
+        raise ValueError(f"serving.encoders values must be SPEC strings or null, got {encoders!r}")
+    return (None if tau is None else float(tau)), {**NO_ENCODERS, **encoders}
 
 
 def _upgraded(doc: Any, arrays: dict[str, np.ndarray], file: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

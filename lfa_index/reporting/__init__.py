@@ -23,6 +23,7 @@ from ..files import atomic_write
 from ..index import AlignedIndex
 from .alignment import STAGES, AlignmentStages, alignment_stages, class_positions
 from .evaluation import FewShotResults, FewShotTask, run_few_shot, sample_support
+from .openset import format_open_set, open_set_metrics
 from .page import Section, render_page
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "alignment_stages",
     "atomic_write",
     "class_positions",
+    "format_open_set",
+    "open_set_metrics",
     "render_page",
     "run_few_shot",
     "sample_support",
@@ -85,10 +88,21 @@ def alignment_section(
         atomic_write(out / file, png)
         section.figures.append((file, caption))
 
-    add("modality_gap", figures.modality_gap_figure(stages, title=f"{title or name}: modality gap (support rows, PCA)"),
+    split = "eval" if "eval" in stages.rows else "support"
+    x_scored = _first_view(eval_embeddings if split == "eval" else index.support_embeddings_)
+    classifier = float(np.mean(class_positions(index, index.predict(x_scored)) == stages.labels[split]))
+    gap_figure = figures.modality_gap_figure(stages, title=f"{title or name}: modality gap (support rows, PCA)",
+                                             classifier_accuracy=classifier)
+    add("modality_gap", gap_figure,
         "Support rows (red) and class prototypes (blue stars) projected to 2-D by PCA, without alignment, after "
         "β-Procrustes and after refinement; grey lines join each row to its class prototype. 'gap' is the distance "
-        "between the mean row and the mean of their prototypes (Liang et al., 2022).")
+        "between the mean row and the mean of their prototypes (Liang et al., 2022). β-Procrustes fits the rows "
+        "onto their prototypes by least squares, which matches the two means: the gap closes. Refinement ranks each "
+        "row's prototype above the others (the ARerank loss), which a component shared by all rows barely changes: "
+        "it spreads the rows out (‖mean row‖ drops) while the prototypes keep their shared component, so the gap "
+        "between the means opens again as the ranking, and accuracy, improve. The LFA panel gives the accuracy of "
+        "the index's classifier (its class vectors and biases), the number reported below; the other panels, and "
+        "the hubness and similarity figures, rank the text prototypes.")
     add("hubness", figures.hubness_figure(stages, title=f"{title or name}: rank of the true class prototype"),
         "Rank of each row's own class prototype among all prototypes (0 = nearest, as in the paper's hubness figure), "
         "on the support rows the map was fitted on" + (" and on held-out eval rows." if "eval" in stages.rows else "."))
@@ -98,10 +112,8 @@ def alignment_section(
         + (" (held-out eval rows)." if "eval" in stages.rows else " (support rows)."))
     if "eval" in stages.rows:
         y_eval = stages.labels["eval"]
-        x_eval = np.asarray(eval_embeddings, dtype=np.float32)
-        x_eval = x_eval[:, 0] if x_eval.ndim == 3 else x_eval
-        support = np.asarray(index.support_embeddings_, dtype=np.float32)
-        support = support[:, 0] if support.ndim == 3 else support
+        x_eval = _first_view(eval_embeddings)
+        support = _first_view(index.support_embeddings_)
         y_support = stages.labels["support"]
         predictions: dict[str, np.ndarray] = {}
         if stages.same_space:
@@ -117,6 +129,11 @@ def alignment_section(
         accuracies = ", ".join(f"{m} {100 * np.mean(p == y_eval):.1f}%" for m, p in predictions.items())
         section.lines.append(f"Eval accuracy: {accuracies}.")
     return section
+
+
+def _first_view(x: Any) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x[:, 0] if x.ndim == 3 else x
 
 
 def write_report(

@@ -73,6 +73,19 @@ class AlignmentStages:
         paired = self.prototypes[self.labels[split]].mean(axis=0)
         return {s: float(np.linalg.norm(x.mean(axis=0) - paired)) for s, x in self.rows[split].items()}
 
+    def mean_row_norm(self, split: str) -> dict[str, float]:
+        """‖mean of the unit rows‖ per stage: their shared component (1 = all alike, 0 = spread evenly).
+
+        Refinement ranks each row's prototype against the others, which a component shared by every
+        row barely changes: it spreads the rows out (this drops) while their prototypes keep theirs
+        (:meth:`mean_prototype_norm`), so the gap between the two means grows back after β-Procrustes
+        closed it, as accuracy rises."""
+        return {s: float(np.linalg.norm(x.mean(axis=0))) for s, x in self.rows[split].items()}
+
+    def mean_prototype_norm(self, split: str) -> float:
+        """‖mean of the rows' class prototypes‖ (the same at every stage)."""
+        return float(np.linalg.norm(self.prototypes[self.labels[split]].mean(axis=0)))
+
 
 def class_positions(index: AlignedIndex, labels: Any) -> np.ndarray:
     """Labels in the index's label space (ints or class names) as positions in ``classes_``."""

@@ -40,17 +40,21 @@ def _split_name(split: str) -> str:
     return "support rows, fitted on" if split == "support" else "held-out eval rows"
 
 
-def modality_gap_figure(stages: AlignmentStages, *, split: str = "support", title: str = "") -> bytes:
+def modality_gap_figure(
+    stages: AlignmentStages, *, split: str = "support", title: str = "", classifier_accuracy: float | None = None
+) -> bytes:
     """Three panels (no alignment, β-Procrustes, LFA): rows and prototypes in 2-D by PCA.
 
     Each panel fits its own PCA on the rows and the prototypes of the classes present; a thin
     line joins each row to its class prototype. Panel titles give the modality gap
-    ‖mean(rows) − mean(paired prototypes)‖ and the share of rows nearest to their own prototype
-    (on the eval split when there is one).
+    ‖mean(rows) − mean(paired prototypes)‖ with the norms of the two means, and an accuracy (on the
+    eval split when there is one): the share of rows nearest to their own prototype, or for LFA
+    ``classifier_accuracy`` when given (the index's own classifier, the number the page reports).
     """
     labels = stages.labels[split]
     present = np.unique(labels)
-    gaps = stages.modality_gap(split)
+    gaps, row_norms = stages.modality_gap(split), stages.mean_row_norm(split)
+    prototype_norm = stages.mean_prototype_norm(split)
     score_split = "eval" if "eval" in stages.rows else split
     accuracy = stages.accuracy(score_split)
     fig, axes = plt.subplots(1, len(stages.rows[split]), figsize=(5.2 * len(stages.rows[split]), 5.0))
@@ -65,9 +69,12 @@ def modality_gap_figure(stages: AlignmentStages, *, split: str = "support", titl
         ax.scatter(r2[:, 0], r2[:, 1], s=9, c=ROW_COLOR, alpha=0.7, linewidths=0, label="support rows", zorder=2)
         ax.scatter(p2[:, 0], p2[:, 1], s=60, c=PROTOTYPE_COLOR, marker="*", edgecolors="white", linewidths=0.4,
                    label="class prototypes", zorder=3)
+        served = stage == "lfa" and classifier_accuracy is not None
+        shown = classifier_accuracy if served else accuracy[stage]
         ax.set_title(
-            f"{stages.stage_label(stage)}\ngap {gaps[stage]:.2f} · nearest-prototype acc. "
-            f"{100 * accuracy[stage]:.1f}% ({'eval' if score_split == 'eval' else 'support'})",
+            f"{stages.stage_label(stage)}\ngap {gaps[stage]:.2f} (‖mean row‖ {row_norms[stage]:.2f}, ‖mean "
+            f"prototype‖ {prototype_norm:.2f})\n{'classifier' if served else 'nearest-prototype'} acc. "
+            f"{100 * shown:.1f}% ({'eval' if score_split == 'eval' else 'support'})",
             fontsize=10,
         )
         ax.set_xlabel("PC 1")

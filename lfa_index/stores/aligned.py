@@ -148,7 +148,8 @@ def classify_rows(
     """Classify every row of a store of raw embeddings: ``(ids, labels, scores)``, each (n,), in id order.
 
     ``labels`` equal ``index.predict`` of the stored vectors (with ``reject_below=τ``, rows whose
-    best aligned score is below τ get ``index.unknown_label_``); ``scores`` are those best scores.
+    ``index.score_samples`` is below τ get ``index.unknown_label_``); ``scores`` are their best
+    aligned scores.
     With ``write_field``, field ``write_field`` of each row is set to its label with the store's
     partial update (``store.set_field``): vectors and every other field stay as they were, type and
     value. A rejected row gets "" (named classes) or -1 (class indices). Every row is read and
@@ -163,22 +164,25 @@ def classify_rows(
         index.check_threshold(reject_below)
     _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     set_field = None if write_field is None else _field_writer(store, write_field)
-    ids, labels, scores = [], [], []
+    ids, labels, scores, known = [], [], [], []
     for batch_ids, vectors, _ in store.scan([], batch_size=batch_size):
         best, found = index.search(vectors, k=1)
         ids.append(batch_ids)
         labels.append(found[:, 0])
         scores.append(best[:, 0])
+        if reject_below is not None:
+            known.append(index.score_samples(vectors))
     if not ids:
         raise EmptyIndexError(f"{store.location} is empty: add raw embeddings to it before classifying its rows.")
     order = np.argsort(np.concatenate(ids), kind="stable")
     ids, labels, scores = np.concatenate(ids)[order], np.concatenate(labels)[order], np.concatenate(scores)[order]
     found = labels
     if reject_below is not None:
-        labels = index.label_space_.reject(found, scores, reject_below)
+        known = np.concatenate(known)[order]
+        labels = index.label_space_.reject(found, known, reject_below)
     if set_field is not None:  # a store field holds "" where the index's unknown label is None
         unknown = "" if index.unknown_label_ is None else index.unknown_label_
-        written = found if reject_below is None else index.label_space_.reject(found, scores, reject_below, unknown)
+        written = found if reject_below is None else index.label_space_.reject(found, known, reject_below, unknown)
         set_field(ids, write_field, written.tolist())
     return ids, labels, scores
 
