@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy.stats import beta as beta_distribution
 from sklearn.metrics import roc_auc_score
 
 from lfa_index import LFA, AlignedIndex
@@ -95,10 +96,15 @@ def test_rejection_score_separates_seen_from_unseen_classes(dtd):
 @pytest.mark.parametrize("preset", ["default", "paper", "fixed"])
 def test_rejection_threshold_accepts_about_the_asked_share_of_unseen_images_of_seen_classes(dtd, preset):
     """τ is calibrated on held-out support rows (score_samples: the default's cross-fitted scores, K-fold
-    clones otherwise, and each row's nearest other support row), so about 95 % of test images of the
-    seen classes pass (measured here: 0.99, 0.97, 0.99; one 5 % quantile of 92 rows, hence the wide
-    band). τ from the support rows themselves accepted 22-42 % of them (the fitted map scores its own
-    rows higher)."""
+    clones otherwise, and each row's nearest other support row); τ from the support rows themselves
+    accepted 22-42 % of test images (the fitted map scores its own rows higher).
+
+    The bound is statistical. τ is the (k+1)-th smallest of n held-out scores, so were test rows
+    exchangeable with them, the share of the test population above τ is 1 − U with U ~ Beta(k+1, n−k);
+    the m test rows add a binomial spread. The lower bound is that share at U's 10⁻⁴ upper tail minus
+    3.72 binomial standard deviations (10⁻⁴ again). Held-out scores come from models fitted on fewer
+    rows, so they run low and acceptance runs high (measured: 0.99, 0.97, 0.99): the upper bound
+    only asks that τ rejects something, i.e. lies above the lowest known test score."""
     n_classes = len(dtd["names"])
     seen = np.sort(np.random.default_rng(1).permutation(n_classes)[: n_classes // 2])
     keep = np.isin(dtd["labels"], seen)
@@ -109,4 +115,8 @@ def test_rejection_threshold_accepts_about_the_asked_share_of_unseen_images_of_s
     test_x = dtd["test_x"][np.isin(dtd["test_y"], seen)]
     tau = index.rejection_threshold(accept_rate=0.95)
     accepted = (index.predict(test_x, reject_below=tau) != -1).mean()
-    assert 0.85 <= accepted <= 0.995, accepted
+    n, m = int(keep.sum()), len(test_x)
+    k = int(np.floor(0.05 * (n - 1)))  # np.quantile(method="lower") picks the (k+1)-th smallest
+    share = 1.0 - beta_distribution.ppf(1 - 1e-4, k + 1, n - k)
+    lowest = share - 3.72 * np.sqrt(share * (1 - share) / m)
+    assert lowest <= accepted < 1.0, (accepted, lowest)

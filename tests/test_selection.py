@@ -403,3 +403,23 @@ def test_classes_added_from_text_beat_zero_shot_where_the_fitted_classes_show_a_
         assert ours >= zero_shot
         gains.append(ours - zero_shot)
     assert np.mean(gains) > 0.03
+
+
+def test_the_progress_bar_counts_every_refinement_step_and_the_summary_names_the_held_out_runs(monkeypatch):
+    import tqdm.auto
+
+    bars = []
+
+    class Spy(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Spy)
+    x, y, p, _, _ = planted_gap_problem(seed=5, shots=6)
+    lfa = LFA(random_state=0, verbose=True).fit(x, y, p)
+    (bar,) = bars
+    runs, horizon = lfa.selection_["runs"], lfa.selection_["horizon"]
+    assert runs == 3 and bar.n == bar.total == runs * horizon + lfa.steps_
+    assert f"{lfa.steps_} steps (+ 3 held-out run(s) of {horizon})" in lfa.summary_
+    assert bar.smoothing == 0  # the mean rate since the first step: no swings at the checkpoints

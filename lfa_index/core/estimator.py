@@ -409,7 +409,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         self.text_prototypes_ = protos.cpu().numpy()
         if labels is None:
             self._check_unsupervised_options()
-        bar = tqdm(total=0, desc="LFA fit", unit="step", disable=not self.verbose, leave=False)
+        # counts every refinement step, held-out fold runs included; its rate is the mean since the
+        # first step (smoothing=0), so its estimate does not swing with the checkpoints' scoring
+        bar = tqdm(total=0, desc="LFA fit", unit="step", smoothing=0, disable=not self.verbose, leave=False)
         try:
             solve = fit_unsupervised if labels is None else fit_supervised
             fitted = solve(self, x, labels, protos, seed=seed, generator=gen, coin=coin, warm=warm, progress=bar)
@@ -425,7 +427,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     def _summary(self) -> str:
         """One line: β, steps, options, held-out evidence, time."""
-        parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps"]
+        sel = self.selection_ or {}
+        runs = sel.get("runs") or 0
+        held_out = f" (+ {runs} held-out run(s) of {sel['horizon']})" if runs else ""
+        parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps{held_out}"]
         kind = " (class means)" if self.support_kind_ == "mean" else ""
         options = [f"λ={self.prototype_mix_:g}{kind}"] if self.prototype_mix_ else []
         alone = self.prototype_mix_ == 1 and self.support_kind_ == "discriminant"  # averaged with itself
@@ -438,7 +443,6 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         options += ["centred"] if self.center_ else []
         options += ["trained prototypes"] if self.refine_prototypes_ else []
         parts.append(", ".join(options) if options else "paper's classifier")
-        sel = self.selection_ or {}
         if sel.get("accuracy") is not None:
             ref = sel.get("reference")
             versus = f" vs {100 * ref:.1f}% for the paper's classifier" if ref is not None else ""

@@ -163,6 +163,7 @@ class Selection:
     heldout_scores: np.ndarray | None = None  # (n_rows,) each row's best held-out score, chosen candidate as served
     chosen_accuracy: float | None = None  # held-out accuracy of the chosen candidate before the blend, if blended
     blend_share: float | None = None  # the discriminant's share of the served average (None: no blend)
+    runs: int = 0  # held-out refinement runs behind the evidence (variants × folds), each of ``horizon`` steps
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -170,7 +171,7 @@ class Selection:
             "kind": self.chosen.kind, **asdict(self.chosen.variant), "how": self.how, "horizon": self.horizon,
             "folds": self.folds,
             "rows": self.rows, "accuracy": self.accuracy, "reference": self.reference,
-            "chosen_accuracy": self.chosen_accuracy, "blend_share": self.blend_share,
+            "chosen_accuracy": self.chosen_accuracy, "blend_share": self.blend_share, "runs": self.runs,
             "candidates": [[c.steps, c.mapping, c.mix, c.kind, c.variant.center, c.variant.refine_prototypes,
                             round(a, 4)] for c, a in sorted(self.scores.items(), key=lambda kv: -kv[1])[:20]],
         }

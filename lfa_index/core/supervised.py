@@ -20,7 +20,7 @@ from .beta import BetaChoice, NewClassMap, select_beta, select_new_class_map
 from .config import RefineConfig
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
-from .refine import Progress, refine
+from .refine import Progress, fused_adamw_supported, refine
 from .selection import (
     CLOSED_FORM_FOLDS,
     CLOSED_FORM_REPEATS,
@@ -193,9 +193,10 @@ def fit_supervised(
     else:
         horizon = asked.steps if asked.steps is not None else horizon_for(len(y_np), n_classes, config.k)
         marks = (horizon,) if asked.steps is not None else checkpoints_for(horizon)
-        if progress is not None:
-            progress.total = len(variants) * len(folds) * horizon + horizon
-            progress.refresh()
+        if progress is not None:  # the clock starts with the steps it counts (β's cross-validation is done)
+            fused_adamw_supported(x.device)  # torch's first optimiser step imports for seconds: not a step's cost
+            progress.reset(total=len(variants) * len(folds) * horizon + horizon)
+            progress.set_postfix_str(f"{len(variants) * len(folds)} held-out fold run(s), then the final fit")
         repeats = [folds] if horizon > 0 else \
             [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r) for r in range(CLOSED_FORM_REPEATS)]
         evidence = Evidence.mean([cross_fitted_evidence(
@@ -204,13 +205,18 @@ def fit_supervised(
             progress=progress, blend=asked.blend,
         ) for f in repeats])
         selection = choose(evidence, plain, asked.mappings[0] if len(asked.mappings) == 1 else "task")
+        selection.runs = len(variants) * len(folds) * len(repeats) if horizon > 0 else 0
         if horizon == 0:
             selection.how = "no-refinement"
         candidate = selection.chosen
 
     if progress is not None:
-        progress.total = progress.n + candidate.steps
-        progress.refresh()
+        if progress.total == 0:  # no held-out runs: the clock starts here
+            fused_adamw_supported(x.device)
+            progress.reset(total=candidate.steps)
+        else:
+            progress.total = progress.n + candidate.steps
+        progress.set_postfix_str("final fit")
     source, beta = rows[candidate.variant.center]
     fit0 = first_view(source.fit)
     if warm is not None:
@@ -253,8 +259,9 @@ def _paper_steps(source: Rows, labels: torch.Tensor, prototypes: torch.Tensor, a
     if asked.steps is not None:
         return Candidate(plain, int(asked.steps), "task", 0.0), int(asked.steps), None
     if progress is not None:
-        progress.total = max(PAPER_CHECKPOINTS) * 2
-        progress.refresh()
+        fused_adamw_supported(labels.device)
+        progress.reset(total=max(PAPER_CHECKPOINTS) * 2)
+        progress.set_postfix_str("held-out run, then the final fit")
     steps, trials = select_paper_steps(source.fit, labels, prototypes, beta=source.beta, config=config,
                                        random_state=seed, progress=progress)
     return Candidate(plain, steps, "task", 0.0), steps, trials
