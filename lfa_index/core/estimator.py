@@ -81,14 +81,15 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Map of the fitted classes: the refined task map or the average of it and the paper's
         W_tt (§4.5, Table 7). "auto" keeps the average only on a significant held-out gain.
     keep_zero_shot : bool, default=True
-        Where images and prototypes share a space (the identity beats chance on the support),
-        keep β = 1 (zero-shot) unless a smaller β shows a significant held-out gain. The paper
-        takes the best β of its CV (False).
+        Where images and prototypes share a space (zero-shot ranks the rows' own classes above a
+        random class permutation, see :func:`~lfa_index.core.beta.identity_is_informative`),
+        keep β = 1 (zero-shot) unless a smaller β shows a significant held-out gain; where they do
+        not, plain CV (β = 0 at 1 shot). The paper takes the best β of its CV (False).
     new_class_map : {"auto", "ema"}, default="auto"
         Map for classes added from text alone (``W_tt_``): "ema" is the paper's moving average of
-        W over the first half of refinement; "auto" is β-Procrustes with β chosen on folds that
-        hold out whole classes (how the map carries over to unseen classes), zero-shot kept
-        unless a smaller β shows a significant gain.
+        W over the first half of refinement; "auto" is chosen on folds that hold out whole
+        classes among β-Procrustes maps, with and without the directions shared by all support
+        rows and all fitted prototypes; zero-shot unless a candidate beats it.
     k : int, default=3
         Nearest prototypes in the ARerank loss.
     margin_scale : float, default=4.0
@@ -276,7 +277,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
-        """LFA exactly as the paper runs it: every option off, the wider side projected down.
+        """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
+        no preference for the identity, every option off, the wider side projected down.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 
