@@ -99,13 +99,13 @@ def test_a_shorter_run_on_a_longer_horizon_is_the_start_of_the_longer_run(plante
     assert not torch.equal(full.W, short.W)  # a 25-step schedule anneals; the first 25 steps of 60 do not
 
 
-def test_one_shot_support_refines_at_most_one_step_per_row_without_a_held_out_split():
+def test_one_shot_support_refines_the_public_codes_200_steps_without_a_held_out_split():
     x, y, protos, _, _ = planted_gap_problem(shots=1)
     lfa = LFA(random_state=0).fit(x, y, protos)
-    assert lfa.steps_ == min(100, len(y)) and lfa.step_trials_ is None
+    assert lfa.steps_ == 200 and lfa.step_trials_ is None
     assert lfa.selection_["how"] == "one-shot"
     paper = LFA.paper(steps="auto", random_state=0).fit(x, y, protos)
-    assert paper.steps_ == min(100, len(y)) and paper.step_trials_ == []
+    assert paper.steps_ == min(200, len(y)) and paper.step_trials_ == []  # "auto": one step per row
     assert LFA.paper(random_state=0).fit(x, y, protos).steps_ == 200  # the public code's fixed schedule
 
 

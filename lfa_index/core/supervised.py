@@ -178,8 +178,7 @@ def fit_supervised(
         candidate, horizon, step_trials = _paper_steps(rows[plain.center][0], labels, prototypes, asked, config,
                                                        seed, progress)
     elif folds is None:  # one row per class: nothing can be held out
-        steps = asked.steps if asked.steps is not None else \
-            horizon_for(len(y_np), n_classes, config.k, limit=ONE_SHOT_STEPS)
+        steps = asked.steps if asked.steps is not None else (0 if n_classes <= config.k + 1 else ONE_SHOT_STEPS)
         # a kept zero-shot map keeps its text prototypes too; otherwise the single row enters lightly
         kept = rows[plain.center][1].beta == 1.0 and identity_informative
         mix = (0.0 if kept else ONE_SHOT_MIX) if len(asked.mixes) > 1 else asked.mixes[0]
