@@ -50,7 +50,7 @@ def test_the_default_with_every_option_off_is_the_paper_fit_bit_for_bit():
     x, y, p, xt, _ = planted_gap_problem(n_test=10, seed=3)
     paper = LFA.paper(steps=30, random_state=5).fit(x, y, p)
     off = LFA(steps=30, random_state=5, projection="shrink", prototype_mix=0.0, mapping="task",
-              keep_zero_shot=False, new_class_map="ema").fit(x, y, p)
+              refine_prototypes=False, keep_zero_shot=False, new_class_map="ema").fit(x, y, p)
     for name in ("W_", "W_tt_", "W_avg_", "prototypes_", "intercept_"):
         np.testing.assert_array_equal(getattr(off, name), getattr(paper, name))
     np.testing.assert_array_equal(off.decision_function(xt), paper.decision_function(xt))
@@ -286,7 +286,7 @@ def offset_problem(offset_size, seed=0, d=24, n_classes=12, shots=60):
 
 def test_centring_asked_for_as_auto_is_tried_on_the_folds_and_kept_on_a_gain():
     x, y, p, xt, yt = offset_problem(2.5)
-    only_centring = dict(steps=50, prototype_mix=0.0, mapping="task", random_state=0)
+    only_centring = dict(steps=50, prototype_mix=0.0, mapping="task", refine_prototypes=False, random_state=0)
     auto = LFA(center="auto", **only_centring).fit(x, y, p)
     plain = LFA(**only_centring).fit(x, y, p)
     assert not plain.center_
@@ -424,3 +424,11 @@ def test_the_progress_bar_counts_every_refinement_step_and_the_summary_names_the
     assert runs == 3 and bar.n == bar.total == runs * horizon + lfa.steps_
     assert f"{lfa.steps_} steps (+ 3 held-out run(s) of {horizon})" in lfa.summary_
     assert bar.smoothing == 0  # the mean rate since the first step: no swings at the checkpoints
+
+
+@pytest.mark.parametrize("shots,trained", [(4, False), (8, True)])
+def test_prototypes_are_trained_where_every_class_has_enough_rows(shots, trained):
+    x, y, p, _, _ = planted_gap_problem(seed=6, shots=shots)
+    lfa = LFA(random_state=0, steps=20).fit(x, y, p)
+    assert lfa.refine_prototypes_ is trained and (lfa.refined_prototypes_ is not None) is trained
+    assert ("trained prototypes" in lfa.summary_) is trained

@@ -41,7 +41,8 @@ def _blend_share(lfa: Any) -> float | None:
 def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, *, seed: int,
                    generator: torch.Generator, coin: torch.Generator, warm: bool, progress: Any) -> dict[str, Any]:
     """The fitted attributes of a supervised fit of ``lfa`` (its parameters; its state when ``warm``)."""
-    asked: Asked = lfa._asked()
+    counts = torch.bincount(labels)
+    asked: Asked = lfa._asked(int(counts[counts > 0].min()))
     # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
     informative = lfa.projection_side_ is None and (asked.keep_zero_shot or asked.new_class_map == "auto") \
         and identity_is_informative(x[:, 0] if x.ndim == 3 else x, labels, protos)
