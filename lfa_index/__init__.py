@@ -22,7 +22,7 @@ from .errors import (
     ShapeError,
     ZeroNormError,
 )
-from .index import AlignedIndex, LabelSpace
+from .index import AlignedIndex, EmbeddingAligner, LabelSpace
 
 __version__ = "0.1.0"
 
@@ -39,6 +39,7 @@ __all__ = [
     "DimensionMismatchError",
     "LabelError",
     "AlignedIndex",
+    "EmbeddingAligner",
     "LabelSpace",
     "NotFittedError",
     "EmptyIndexError",
