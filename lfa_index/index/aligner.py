@@ -257,8 +257,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             parts.append(f"{self.steps_} ARerank steps" if self.steps_ else "no refinement")
             sel = self.selection_ or {}
             if sel.get("heldout_mrr") is not None:
-                parts.append(f"held-out MRR {sel['heldout_mrr']:.3f} (closed form {sel['heldout_init_mrr']:.3f}; "
-                             f"{n_rows} pairs, {self.cv_folds} folds)")
+                before = f"closed form {sel['heldout_init_mrr']:.3f}; " if self.steps_ else ""
+                parts.append(f"held-out MRR {sel['heldout_mrr']:.3f} ({before}{n_rows} pairs, {self.cv_folds} folds)")
             else:
                 parts.append(sel.get("how", ""))
         else:
