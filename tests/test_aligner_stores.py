@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_cli_stores
 from offline import no_network  # noqa: F401  (fixture)
 
 from lfa_index import DimensionMismatchError, EmbeddingAligner, InvalidParameterError, cli
@@ -20,13 +21,9 @@ from lfa_index.errors import EmptyIndexError, InvalidInputError
 from lfa_index.stores import FaissStore, open_store, search_mapped, search_mapped_exact
 
 REPO = Path(__file__).resolve().parents[1]
-ENGINES = {  # engine -> (client module, extra); FAISS needs none
-    "faiss": None, "milvus": ("pymilvus", "milvus"), "qdrant": ("qdrant_client", "qdrant"),
-    "chroma": ("chromadb", "chroma"), "lancedb": ("lancedb", "lancedb"),
-}
-LOCATIONS = {"faiss": "faiss_stores", "milvus": "vectors.db", "qdrant": "qdrant", "chroma": "chroma",
-             "lancedb": "lancedb"}
 K = 5
+engine = test_cli_stores.engine  # the fixture: each engine the suite runs (FAISS, Milvus Lite, Qdrant, Chroma, LanceDB)
+store_uri = test_cli_stores.store_uri
 
 pytestmark = pytest.mark.usefixtures("single_threaded", "no_network")
 
@@ -90,18 +87,6 @@ def test_stores_refuse_other_widths_empty_stores_and_bad_candidate_rows(task):
     store = FaissStore(dim=12).add(old, ids=np.arange(len(old)))
     with pytest.raises(InvalidInputError, match="embed_candidates"):
         search_mapped_exact(aligner, store, queries, lambda found: new[found][:, :5])
-
-
-@pytest.fixture(params=list(ENGINES))
-def engine(request):
-    if ENGINES[request.param] is not None:
-        module, extra = ENGINES[request.param]
-        pytest.importorskip(module, reason=f"needs the [{extra}] extra")
-    return request.param
-
-
-def store_uri(engine: str, root: Path, collection: str) -> str:
-    return f"{engine}:{root / LOCATIONS[engine]}#{collection}"
 
 
 def test_every_engine_answers_mapped_queries_as_faiss_does(task, engine, tmp_path):

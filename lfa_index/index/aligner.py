@@ -16,12 +16,16 @@ import numpy as np
 
 from ..arrays import CHUNK_ROWS, l2_normalize
 from ..compat import BaseEstimator, TransformerMixin
+from ..core import LFA
 from ..core.config import RefineConfig
 from ..core.validation import Interval, check_embeddings, validate_params
 from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError
 
 _DEFAULT = RefineConfig()
 MAP_KINDS = ("orthogonal", "all")
+REFINE_PARAMS: tuple[str, ...] = ("k", "margin_scale", "lr", "weight_decay", "final_lr", "noise_std", "dropout",
+                                  "batch_fraction")
+"""The refinement settings the aligner shares with :class:`~lfa_index.LFA` (same names, rules and defaults)."""
 
 
 class EmbeddingAligner(TransformerMixin, BaseEstimator):
@@ -84,14 +88,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         "center": [("auto", True, False)],
         "maps": [MAP_KINDS],
         "steps": [("auto",), Interval(0, None, integer=True)],
-        "k": [Interval(1, None, integer=True)],
-        "margin_scale": [Interval(0.0, None, closed="right")],
-        "lr": [Interval(0.0, None, closed="right")],
-        "weight_decay": [Interval(0.0, None)],
-        "final_lr": [Interval(0.0, None)],
-        "noise_std": [Interval(0.0, None)],
-        "dropout": [Interval(0.0, 1.0, closed="left")],
-        "batch_fraction": [Interval(0.0, 1.0, closed="right")],
+        **{name: LFA._parameter_constraints[name] for name in REFINE_PARAMS},
         "batch_pairs": [Interval(2, None, integer=True)],
         "cv_folds": [Interval(2, None, integer=True)],
         "n_rounds": [Interval(0, None, integer=True)],
@@ -147,9 +144,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
     def refine_config(self) -> RefineConfig:
         """The refinement settings of these parameters."""
-        return RefineConfig(lr=self.lr, weight_decay=self.weight_decay, final_lr=self.final_lr, k=self.k,
-                            margin_scale=self.margin_scale, noise_std=self.noise_std, dropout=self.dropout,
-                            batch_fraction=self.batch_fraction)
+        return RefineConfig(**{name: getattr(self, name) for name in REFINE_PARAMS})
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X_new: Any, X_old: Any, *, paired: bool = True, queries: Any = None) -> "EmbeddingAligner":
@@ -190,6 +185,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             from ..core.device import resolve_device
             from ..core.matching import fit_unpaired
             from ..core.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
+            from ..core.selection import generators
         except ImportError as err:
             raise MissingExtraError(
                 f"fitting an EmbeddingAligner needs torch ({err}); `pip install lfa-index` brings it (a saved "
@@ -212,9 +208,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
                 )
         device = resolve_device(self.device)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
-        gen, coin = torch.Generator(device=device), torch.Generator()
-        gen.manual_seed(seed)
-        coin.manual_seed(seed + 1)
+        gen, coin = generators(device, seed)
         a = torch.from_numpy(x_new).to(device)
         b = torch.from_numpy(x_old).to(device)
         serve_mean = None if sample is None else F.normalize(torch.from_numpy(sample), dim=1).mean(dim=0).to(device)
