@@ -95,7 +95,7 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
         else:
             picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[: int(count)]
             x_new, x_old = rows[new].documents[picked], rows[old].documents[picked]
-        results = dict(fixed)
+        results, candidates = dict(fixed), None
         for name, mapped in baselines(x_new, x_old, queries).items():
             results[name] = ndcg_recall(scores(mapped, store), qrels)
         started = time.perf_counter()
@@ -103,6 +103,11 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
             x_new, x_old, queries=rows[new].unrelated_queries if query_role else None)
         fit_s = time.perf_counter() - started
         results["EmbeddingAligner"] = ndcg_recall(aligner.transform(queries) @ store.T, qrels)
+        if count == 1400:  # the least-squares maps as candidates too: what held-out pairs pick, and what queries get
+            wide = EmbeddingAligner(maps="all", random_state=0).fit(
+                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None)
+            results["EmbeddingAligner, maps='all'"] = ndcg_recall(wide.transform(queries) @ store.T, qrels)
+            candidates = wide.selection_["candidates"]
         if query_role and aligner.center_:
             pairs_mean = l2_normalize(x_new).mean(axis=0)
             mapped = (l2_normalize(queries) - pairs_mean) @ aligner.W_
@@ -115,6 +120,7 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
                         for m, v in results.items()},
             "best_simple_ndcg10": simple, "aligner_above_simple": results["EmbeddingAligner"][0] > simple,
             "gemv_us_per_query": query_cost_us(aligner, queries) if count == 1400 else None,
+            "heldout_mrr_of_every_closed_form": candidates,
         })
         print(table([out[-1]]).splitlines()[-1], flush=True)
     return out
@@ -184,7 +190,7 @@ def run_unpaired(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dict
 
 
 METHODS = ("legacy (old model)", "full re-index (new model)", "Procrustes", "centred Procrustes", "ridge",
-           "EmbeddingAligner, pairs' mean", "EmbeddingAligner")
+           "EmbeddingAligner, pairs' mean", "EmbeddingAligner, maps='all'", "EmbeddingAligner")
 
 
 def table(records: list[dict[str, Any]]) -> str:
@@ -215,6 +221,11 @@ def markdown(records: list[dict[str, Any]], unpaired: list[dict[str, Any]], meta
             c = r["gemv_us_per_query"]
             parts.append(f"| {r['new']} -> {r['old']} | {c['gemv']:.1f} | {c['one_per_call']:.1f} | "
                          f"{c['batch_of_225']:.2f} |")
+    parts += ["", "## Held-out pairs vs queries (1,400 pairs, `maps='all'`): held-out MRR of each closed form", ""]
+    for r in records:
+        if r["heldout_mrr_of_every_closed_form"]:
+            ranked = sorted(r["heldout_mrr_of_every_closed_form"].items(), key=lambda kv: -kv[1])[:4]
+            parts.append(f"- {r['new']} -> {r['old']}: " + "; ".join(f"{n} {v:.3f}" for n, v in ranked))
     parts += ["", "## What the aligner chose", ""]
     parts += [f"- {r['new']} -> {r['old']}, {r['pairs']} pairs: {r['aligner']}" for r in records]
     parts += ["", "## Unpaired (700 new-model documents, 700 other old-model documents)", "",
