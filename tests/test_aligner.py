@@ -113,6 +113,10 @@ def test_a_query_sample_centres_the_served_map_on_its_mean():
     aligner = EmbeddingAligner(steps=0, center=True, random_state=0).fit(x, y, queries=queries)
     np.testing.assert_allclose(aligner.mean_, l2_normalize(queries).mean(axis=0), rtol=1e-5, atol=1e-6)
     assert "queries' mean" in aligner.summary_
+    # held-out pairs cannot score a map served around another mean: no step count is chosen for it
+    chosen = EmbeddingAligner(center=True, random_state=0).fit(x, y, queries=queries)
+    assert chosen.steps_ == 0 and "cannot score" in chosen.selection_["how"]
+    np.testing.assert_array_equal(chosen.W_, aligner.W_)
 
 
 def test_unpaired_samples_fit_a_map_of_the_right_shape():

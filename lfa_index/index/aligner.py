@@ -161,7 +161,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         queries : (m, d_new) or None
             New-model embeddings of query-like texts in the role queries are embedded with (e5's
             ``"query: "`` prefix), not paired with anything: when the pairs were embedded in
-            another role (e5's ``"passage: "``), a centred map is served around their mean.
+            another role (e5's ``"passage: "``), a centred map is served around their mean. The
+            held-out pairs cannot score that map, so ``steps="auto"`` then keeps the closed form.
 
         A fit that raises leaves the estimator as it was.
         """

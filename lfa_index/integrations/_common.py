@@ -99,7 +99,7 @@ class AlignedEmbedder:
 
     def aligned_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Aligned, L2-normalised text queries ``t`` (n, d)."""
-        y = embedding_matrix(self._queries(text_list(texts, "query texts")), "the query embedder's output")
+        y = _matrix(self._queries(_texts(texts, "query texts")), "the query embedder's output")
         expected = self.index.text_embeddings_.shape[1]
         if y.shape[1] != expected:
             raise DimensionMismatchError(
@@ -119,10 +119,10 @@ class AlignedEmbedder:
             raise InvalidParameterError(
                 "no document_embedder was given: pass the document-side model to embed or re-score documents."
             )
-        texts = text_list(texts, "documents")
+        texts = _texts(texts, "documents")
         if not texts:
             return np.empty((0, self.index.n_features_in_), dtype=np.float32)
-        x = embedding_matrix(self._documents(texts), "the document embedder's output")
+        x = _matrix(self._documents(texts), "the document embedder's output")
         if x.shape[1] != self.index.n_features_in_:
             raise DimensionMismatchError(
                 f"the document embedder returns {x.shape[1]}-d vectors but the index aligns "
@@ -173,13 +173,13 @@ def native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def text_list(texts: Any, name: str) -> list[str]:
+def _texts(texts: Any, name: str) -> list[str]:
     if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
         raise InvalidInputError(f"{name} must be a list of strings.")
     return list(texts)
 
 
-def embedding_matrix(values: Any, name: str) -> np.ndarray:
+def _matrix(values: Any, name: str) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float32)
     if arr.ndim != 2 or not np.isfinite(arr).all():
         raise InvalidInputError(f"{name} must be a finite (n, d) array of embeddings, got shape {arr.shape}.")

@@ -14,10 +14,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..arrays import l2_normalize
-from ..errors import DimensionMismatchError, InvalidParameterError
+from ..core.validation import check_embeddings
+from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, ShapeError
 from ..index import EmbeddingAligner
 from ..index.folding import rerank
-from ._common import embed_function, embedding_matrix, text_list
+from ._common import embed_function
 
 
 class MappedEmbedder:
@@ -55,7 +56,7 @@ class MappedEmbedder:
 
     def new_queries(self, texts: Sequence[str]) -> np.ndarray:
         """The new model's unit query embeddings (n, d_new)."""
-        return l2_normalize(self._new(self._queries, text_list(texts, "query texts"), "the query embedder"))
+        return l2_normalize(self._new(self._queries, _texts(texts, "query texts"), "the query embedder"))
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Queries in the old space: ``aligner.transform`` of the new model's embeddings (n, d_old)."""
@@ -68,10 +69,10 @@ class MappedEmbedder:
                 "no document_embedder was given: documents of a store built with the old model must be embedded "
                 "by the old model; pass it as document_embedder (queries need only the new model)."
             )
-        texts = text_list(texts, "documents")
+        texts = _texts(texts, "documents")
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        x = embedding_matrix(self._documents(texts), "the document embedder's output")
+        x = _rows(self._documents(texts), "the document embedder's output", len(texts))
         if x.shape[1] != self.dim:
             raise DimensionMismatchError(
                 f"the document embedder returns {x.shape[1]}-d vectors but the store's old model is {self.dim}-d; "
@@ -81,7 +82,7 @@ class MappedEmbedder:
 
     def rerank(self, query: str, documents: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The new model's exact top-``k`` of candidate documents for one query: ``(cosines, positions)``."""
-        documents = text_list(documents, "documents")
+        documents = _texts(documents, "documents")
         if not documents:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         rows = l2_normalize(self._new(self._candidates, documents, "the rerank embedder"))
@@ -90,10 +91,24 @@ class MappedEmbedder:
         return scores[0], positions[0]
 
     def _new(self, embed: Any, texts: list[str], what: str) -> np.ndarray:
-        x = embedding_matrix(embed(texts), f"{what}'s output")
+        x = _rows(embed(texts), f"{what}'s output", len(texts))
         if x.shape[1] != self.aligner.n_features_in_:
             raise DimensionMismatchError(
                 f"{what} returns {x.shape[1]}-d vectors but the aligner maps {self.aligner.n_features_in_}-d rows of "
                 "the new model; pass the model the aligner was fitted on."
             )
         return x
+
+
+def _texts(texts: Any, name: str) -> list[str]:
+    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
+        raise InvalidInputError(f"{name} must be a list of strings.")
+    return list(texts)
+
+
+def _rows(values: Any, name: str, n_texts: int) -> np.ndarray:
+    """An embedder's answer as float32 (n_texts, d): one finite, non-zero row per text, or a typed error."""
+    rows = check_embeddings(values, name=name)
+    if rows.shape[0] != n_texts:
+        raise ShapeError(f"{name} must hold one embedding per text, ({n_texts}, d); got shape {rows.shape}.")
+    return np.asarray(rows, dtype=np.float32)

@@ -101,19 +101,13 @@ def retrieve_aligned(
     ``as_retriever``), re-embeds their content with the document side and re-ranks them. Over
     unit-norm raw embeddings this equals ``index.search_unaligned(raw_index, y, k, overfetch=overfetch)``.
     """
+    k, overfetch = check_overfetch(k, overfetch)
     if not isinstance(embed_model, LFAEmbedding):
         raise InvalidParameterError(f"embed_model must be an LFAEmbedding, got {type(embed_model).__name__}.")
-    return _reranked(vector_index, embed_model, embed_model.aligner.rerank, query, k, overfetch, retriever_kwargs)
-
-
-def _reranked(vector_index: Any, embed_model: Any, rerank: Any, query: str, k: int, overfetch: int,
-              retriever_kwargs: dict[str, Any]) -> list[Any]:
-    """``k · overfetch`` candidates retrieved with ``embed_model``, re-ranked by ``rerank(query, contents, k)``."""
-    k, overfetch = check_overfetch(k, overfetch)
     retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)
     candidates = retriever.retrieve(query)
     contents = [c.node.get_content(metadata_mode=_schema.MetadataMode.EMBED) for c in candidates]
-    scores, best = rerank(query, contents, k)
+    scores, best = embed_model.aligner.rerank(query, contents, k)
     return [_schema.NodeWithScore(node=candidates[i].node, score=float(score)) for i, score in zip(best, scores)]
 
 
@@ -190,6 +184,11 @@ def retrieve_mapped(vector_index: Any, embed_model: MappedEmbedding, query: str,
     Retrieves ``k · overfetch`` candidates with the mapped query (``retriever_kwargs`` go to
     ``as_retriever``), embeds their content with the new model and re-ranks them by its cosine.
     """
+    k, overfetch = check_overfetch(k, overfetch)
     if not isinstance(embed_model, MappedEmbedding):
         raise InvalidParameterError(f"embed_model must be a MappedEmbedding, got {type(embed_model).__name__}.")
-    return _reranked(vector_index, embed_model, embed_model.mapper.rerank, query, k, overfetch, retriever_kwargs)
+    retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)
+    candidates = retriever.retrieve(query)
+    contents = [c.node.get_content(metadata_mode=_schema.MetadataMode.EMBED) for c in candidates]
+    scores, best = embed_model.mapper.rerank(query, contents, k)
+    return [_schema.NodeWithScore(node=candidates[i].node, score=float(score)) for i, score in zip(best, scores)]
