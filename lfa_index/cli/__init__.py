@@ -1,4 +1,4 @@
-"""The ``lfa-index`` command: fit, predict, classify, search, eval, report and demo.
+"""The ``lfa-index`` command: fit, predict, classify, search, eval, report, demo and align.
 
 Every sub-command has ``--help``. Expected failures (bad input, a missing API key, a model that
 cannot be loaded offline) print one ``lfa-index: error: ...`` line on stderr and exit with 1;
@@ -6,7 +6,7 @@ usage errors exit with 2. Progress bars and notes go to stderr (``-q`` silences 
 (predictions, tables) go to stdout or to the file given with ``-o``.
 
 One module per sub-command (``fit``, ``predict``, ``classify``, ``search``, ``evaluate``,
-``report``, ``demo``) holds its parser next to its ``run``; :func:`main` builds the top-level
+``report``, ``demo``, ``align``) holds its parser next to its ``run``; :func:`main` builds the top-level
 parser from them and turns expected errors into one line. Vector stores are named by URI,
 ``SCHEME:LOCATION#COLLECTION`` (:func:`lfa_index.stores.open_store`).
 
@@ -31,7 +31,7 @@ from lfa_index import LFAIndexError, __version__
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.adapters.files import decoding_errors
 
-from . import classify, demo, evaluate, fit, predict, report, search
+from . import align, classify, demo, evaluate, fit, predict, report, search
 from .console import PROG, Console, cli_warnings, offline, one_line
 from .errors import CLIError
 from .options import FORMATTER
@@ -41,7 +41,7 @@ from .readers import EMBEDDING_FILES
 __all__ = ["main", "build_parser", "CLIError"]
 
 # One module per sub-command, each with ``add_parser(commands)`` and ``run(args, console)``.
-COMMANDS = (fit, predict, classify, search, evaluate, report, demo)
+COMMANDS = (fit, predict, classify, search, evaluate, report, demo, align)
 
 
 def build_parser() -> argparse.ArgumentParser:

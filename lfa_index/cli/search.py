@@ -12,13 +12,13 @@ import argparse
 
 import numpy as np
 
-from lfa_index import AlignedIndex
+from lfa_index import AlignedIndex, EmbeddingAligner
 from lfa_index.adapters import ENCODER_FORMS, load_embeddings, prompt_ensemble
-from lfa_index.stores import search_unaligned
+from lfa_index.stores import search_mapped, search_unaligned
 
 from .console import Console
 from .errors import CLIError
-from .inputs import encoder_from_args, load_index, opened_store, query_items, use_saved_encoders
+from .inputs import collect_items, encoder_from_args, load_index, opened_store, query_items, use_saved_encoders
 from .options import STORE_URI_FORMS, add_command, add_force, add_query_args, positive_int
 from .output import csv_text, label_name, write_output
 from .readers import EMBEDDING_FILES, read_texts
@@ -35,7 +35,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                 "(--target corpus);\nprompt queries (embedded like class names) find corpus items, "
                                 "or, with --store URI, items of\nan existing collection of raw embeddings (mapped "
                                 "back, k x overfetch candidates re-ranked exactly).")
-    p.add_argument("index", metavar="INDEX", help="directory written by `lfa-index fit`")
+    p.add_argument("index", metavar="INDEX", nargs="?", help="directory written by `lfa-index fit` (not with --map)")
+    p.add_argument("--map", metavar="MAP",
+                   help="directory written by `lfa-index align`: --store holds the old model's rows, and --prompt "
+                        "queries embedded by the new model (--text-model) are mapped into their space")
     add_query_args(p, text_model=True)
     add_force(p)
     p.add_argument("--prompt", action="append", metavar="TEXT", help="text query on the class-name side (repeatable)")
@@ -60,6 +63,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     """Write the top-k classes or corpus items of each query as CSV."""
+    if args.map:
+        return _run_mapped(args, console)
+    if not args.index:
+        raise CLIError("give the INDEX directory (written by `lfa-index fit`), or --map MAP with --store URI.")
     index = load_index(args.index, args.device)
     k = positive_int(args.k, "-k")
     overfetch = positive_int(args.overfetch, "--overfetch")
@@ -111,24 +118,56 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 for i, q in enumerate(items.ids) for r in range(labels.shape[1])]
         write_output(csv_text(["query", "rank", "label", "class_name", "score"], rows), args.output, console)
         return 0
+    _write_hits(args, console, query_ids, scores, ids)
+    return 0
+
+
+def _write_hits(args: argparse.Namespace, console: Console, query_ids: list[str], scores: np.ndarray,
+                ids: np.ndarray) -> None:
     rows = [[q, r + 1, int(ids[i, r]), f"{scores[i, r]:.6f}"]
             for i, q in enumerate(query_ids) for r in range(ids.shape[1]) if ids[i, r] >= 0]
     write_output(csv_text(["query", "rank", "id", "score"], rows), args.output, console)
+
+
+def _run_mapped(args: argparse.Namespace, console: Console) -> int:
+    """``--map MAP --store URI``: new-model prompts mapped into the old model's space, searched in the store."""
+    if args.index or not args.store:
+        raise CLIError("--map searches a store of old-model rows: give --store URI and no INDEX.")
+    given = collect_items(args, file="queries", images="images", texts="texts", text="text", labels="labels",
+                          need_labels=False, what="queries")
+    if args.corpus or args.target or given is not None:
+        raise CLIError("--map takes prompt queries only: --prompt/--prompt-file with --text-model, or "
+                       "--prompt-embeddings FILE (new-model embeddings).")
+    prompts = list(args.prompt or [])
+    if args.prompt_file:
+        prompts += read_texts(args.prompt_file, text_column=args.text_column, label_column=None,
+                              need_labels=False).texts
+    if not prompts and not args.prompt_embeddings:
+        raise CLIError("give queries: --prompt TEXT.../--prompt-file FILE with --text-model SPEC (the new model), "
+                       "or --prompt-embeddings FILE.")
+    aligner = EmbeddingAligner.load(args.map)
+    query_ids, queries = _prompt_queries(args, None, prompts, console)
+    with opened_store(args.store) as store:
+        scores, ids = search_mapped(aligner, store, queries, k=positive_int(args.k, "-k"))
+    _write_hits(args, console, query_ids, scores, ids)
     return 0
 
 
 def _prompt_queries(
-    args: argparse.Namespace, index: AlignedIndex, prompts: list[str], console: Console
+    args: argparse.Namespace, index: AlignedIndex | None, prompts: list[str], console: Console
 ) -> tuple[list[str], np.ndarray]:
-    """``(query ids, class-name-side embeddings)``: the prompts embedded by --text-model, or --prompt-embeddings."""
+    """``(query ids, class-name-side embeddings)``: the prompts embedded by --text-model (an index's saved one
+    by default; ``index`` None with --map), or --prompt-embeddings."""
     if args.prompt_embeddings:
         queries, _ = load_embeddings(args.prompt_embeddings)
         return [str(i) for i in range(len(queries))], queries
-    use_saved_encoders(args, index)
+    if index is not None:
+        use_saved_encoders(args, index)
     encoder = encoder_from_args(args, console, args.text_model)
     if encoder is None:
         raise CLIError("--prompt needs --text-model SPEC (the model that embedded the class names; this index "
-                       "did not save one).")
+                       "did not save one)." if index is not None else
+                       "--prompt needs --text-model SPEC (the new model, whose queries the map carries).")
     templates = tuple(args.template) if args.template else ("{}",)
     return prompts, prompt_ensemble(prompts, encoder.embed_texts, templates)
 

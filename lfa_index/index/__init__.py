@@ -11,6 +11,7 @@
 ``format``     what the index saves and loads (``legacy``: formats 1 and 2)
 ``validation`` inputs at the public boundary (queries, added prototypes, partial_fit rows)
 ``aligned_index``  the :class:`AlignedIndex` estimator that composes them
+``aligner``    :class:`EmbeddingAligner`: a new encoder's queries in an old encoder's space (``aligner_format``)
 
 Example
 -------
@@ -22,8 +23,9 @@ Example
 """
 
 from .aligned_index import AlignedIndex
+from .aligner import EmbeddingAligner
 from .device import faiss_gpu_available
 from .labels import LabelSpace
 from .validation import check_query_matrix
 
-__all__ = ["AlignedIndex", "LabelSpace", "check_query_matrix", "faiss_gpu_available"]
+__all__ = ["AlignedIndex", "EmbeddingAligner", "LabelSpace", "check_query_matrix", "faiss_gpu_available"]

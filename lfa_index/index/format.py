@@ -95,11 +95,11 @@ def save_index(
     lfa_param = params["lfa"]
     doc = {
         "index_format": INDEX_FORMAT,
-        "params": {**params, "lfa": None if lfa_param is None else _jsonable(lfa_param.get_params(deep=False))},
+        "params": {**params, "lfa": None if lfa_param is None else jsonable(lfa_param.get_params(deep=False))},
         **table.labels.to_json(),
-        "lfa": {"params": _jsonable(lfa.get_params(deep=False)), "state": _jsonable(values)},
+        "lfa": {"params": jsonable(lfa.get_params(deep=False)), "state": jsonable(values)},
         "corpus": corpus_doc,
-        "serving": _jsonable(serving or {}),
+        "serving": jsonable(serving or {}),
     }
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     return persistence.write_index_dir(
@@ -332,7 +332,7 @@ def _corpus_index(index: faiss.Index | None, dim: int) -> tuple[faiss.Index, np.
     return index, ids
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, (float, np.floating)):
@@ -340,9 +340,9 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     raise InvalidParameterError(
         f"cannot save a {type(value).__name__} ({value!r}) as JSON; pass plain str/int/float options "
         "(e.g. device='cuda')."

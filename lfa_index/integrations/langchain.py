@@ -13,6 +13,11 @@ Example
 >>> store = InMemoryVectorStore.from_texts(image_paths, embeddings)
 >>> store.similarity_search("a striped texture", k=10)                       # candidates, raw ranking
 >>> search_aligned_documents(store, embeddings, "a striped texture", k=10)   # exact aligned top-10
+
+:class:`MappedEmbeddings` lets a store built with an old embedding model answer a new one through
+an :class:`~lfa_index.EmbeddingAligner`: ``MappedEmbeddings(aligner, query_embedder=e5,
+document_embedder=minilm)``; :func:`search_mapped_documents` re-ranks its candidates by the new
+model's own cosine.
 """
 
 from __future__ import annotations
@@ -20,14 +25,16 @@ from __future__ import annotations
 from typing import Any, Literal, Sequence
 
 from ..extras import import_extra
-from ..index import AlignedIndex
+from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
 from ._common import AlignedEmbedder, Space, check_overfetch, native
+from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("langchain_core.embeddings", "langchain")
 _documents = import_extra("langchain_core.documents", "langchain")
 
-__all__ = ["LFAEmbeddings", "search_aligned_documents", "classify_documents"]
+__all__ = ["LFAEmbeddings", "search_aligned_documents", "classify_documents", "MappedEmbeddings",
+           "search_mapped_documents"]
 
 
 class LFAEmbeddings(_embeddings.Embeddings):
@@ -115,3 +122,49 @@ def classify_documents(
         metadata = {**doc.metadata, label_key: native(label), score_key: float(score)}
         out.append(Document(page_content=doc.page_content, metadata=metadata, id=doc.id))
     return out
+
+
+class MappedEmbeddings(_embeddings.Embeddings):
+    """LangChain embeddings that query a store built with an old model using a new one (no re-embedding).
+
+    Parameters
+    ----------
+    aligner : EmbeddingAligner
+        Fitted on rows of the new model (``X_new``) and the old one (``X_old``).
+    query_embedder : EmbeddingSource, Embeddings or callable
+        The new model, for queries; each is mapped into the old space by ``aligner.transform``.
+    document_embedder : EmbeddingSource, Embeddings, callable or None, default=None
+        The old model, for documents added to the store (None refuses to embed documents).
+    rerank_embedder : EmbeddingSource, Embeddings, callable or None, default=None
+        The new model embedding documents, for :func:`search_mapped_documents` (default
+        ``query_embedder``; e5 wants its passage role, ``make_encoder("e5-small:passage")``).
+    """
+
+    def __init__(self, aligner: EmbeddingAligner, query_embedder: Any, document_embedder: Any = None,
+                 rerank_embedder: Any = None):
+        self.mapper = MappedEmbedder(aligner, query_embedder, document_embedder, rerank_embedder)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Documents embedded by the old model, as the store's rows were."""
+        return self.mapper.embed_documents(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        """The new model's query embedding mapped into the old space."""
+        return self.mapper.embed_queries([text])[0].tolist()
+
+
+def search_mapped_documents(
+    vectorstore: Any, embeddings: MappedEmbeddings, query: str, k: int = 4, *, overfetch: int = 10,
+    **search_kwargs: Any,
+) -> list[tuple[Any, float]]:
+    """The new model's exact top-``k`` among a store's candidates: ``[(Document, new-model cosine)]``.
+
+    Fetches ``k · overfetch`` candidates with the mapped query (``similarity_search_by_vector``;
+    ``search_kwargs``, e.g. ``filter``, are passed on), embeds their ``page_content`` with the new
+    model (``rerank_embedder``) and re-ranks them by its cosine with the query.
+    """
+    k, overfetch = check_overfetch(k, overfetch)
+    candidates = vectorstore.similarity_search_by_vector(embeddings.embed_query(query), k=k * overfetch,
+                                                         **search_kwargs)
+    scores, best = embeddings.mapper.rerank(query, [doc.page_content for doc in candidates], k)
+    return [(candidates[i], float(score)) for i, score in zip(best, scores)]

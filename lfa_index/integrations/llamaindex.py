@@ -10,6 +10,9 @@ Example
 >>> embed_model = LFAEmbedding(index, query_embedder=minilm, document_embedder=clip)
 >>> vector_index = VectorStoreIndex([TextNode(text=path) for path in image_paths], embed_model=embed_model)
 >>> retrieve_aligned(vector_index, embed_model, "a striped texture", k=10)   # exact aligned top-10
+
+:class:`MappedEmbedding` lets an index built with an old embedding model answer a new one through an
+:class:`~lfa_index.EmbeddingAligner`; :func:`retrieve_mapped` re-ranks by the new model's cosine.
 """
 
 from __future__ import annotations
@@ -18,15 +21,16 @@ from typing import Any, Literal, Sequence
 
 from ..errors import InvalidParameterError
 from ..extras import import_extra
-from ..index import AlignedIndex
+from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
 from ._common import AlignedEmbedder, Space, check_overfetch, check_texts, native
+from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
 _schema = import_extra("llama_index.core.schema", "llamaindex")
 _bridge = import_extra("llama_index.core.bridge.pydantic", "llamaindex")
 
-__all__ = ["LFAEmbedding", "retrieve_aligned", "classify_nodes"]
+__all__ = ["LFAEmbedding", "retrieve_aligned", "classify_nodes", "MappedEmbedding", "retrieve_mapped"]
 
 
 class LFAEmbedding(_embeddings.BaseEmbedding):
@@ -138,3 +142,59 @@ def classify_nodes(
         copy.excluded_llm_metadata_keys = [*copy.excluded_llm_metadata_keys, label_key, score_key]
         out.append(copy)
     return out
+
+
+class MappedEmbedding(_embeddings.BaseEmbedding):
+    """LlamaIndex embedding that queries an index built with an old model using a new one (no re-embedding).
+
+    Parameters are those of :class:`lfa_index.integrations.langchain.MappedEmbeddings`: ``aligner``,
+    ``query_embedder`` (the new model), ``document_embedder`` (the old model, for nodes added
+    later) and ``rerank_embedder`` (the new model on documents, for :func:`retrieve_mapped`); other
+    keyword arguments go to ``BaseEmbedding``.
+    """
+
+    model_name: str = "lfa-index-mapped"
+    _mapper: MappedEmbedder = _bridge.PrivateAttr()
+
+    def __init__(self, aligner: EmbeddingAligner, query_embedder: Any, document_embedder: Any = None,
+                 rerank_embedder: Any = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._mapper = MappedEmbedder(aligner, query_embedder, document_embedder, rerank_embedder)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "MappedEmbedding"
+
+    @property
+    def mapper(self) -> MappedEmbedder:
+        """The numpy engine: mapped queries, old-model documents, the new model's re-rank."""
+        return self._mapper
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._mapper.embed_queries([query])[0].tolist()
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._mapper.embed_documents([text])[0].tolist()
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._mapper.embed_documents(texts).tolist()
+
+
+def retrieve_mapped(vector_index: Any, embed_model: MappedEmbedding, query: str, k: int = 4, *, overfetch: int = 10,
+                    **retriever_kwargs: Any) -> list[Any]:
+    """The new model's exact top-``k`` among an index's candidates: ``NodeWithScore``, best first.
+
+    Retrieves ``k · overfetch`` candidates with the mapped query (``retriever_kwargs`` go to
+    ``as_retriever``), embeds their content with the new model and re-ranks them by its cosine.
+    """
+    k, overfetch = check_overfetch(k, overfetch)
+    if not isinstance(embed_model, MappedEmbedding):
+        raise InvalidParameterError(f"embed_model must be a MappedEmbedding, got {type(embed_model).__name__}.")
+    retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)
+    candidates = retriever.retrieve(query)
+    contents = [c.node.get_content(metadata_mode=_schema.MetadataMode.EMBED) for c in candidates]
+    scores, best = embed_model.mapper.rerank(query, contents, k)
+    return [_schema.NodeWithScore(node=candidates[i].node, score=float(score)) for i, score in zip(best, scores)]

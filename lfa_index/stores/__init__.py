@@ -4,7 +4,8 @@
 :class:`QdrantStore`, :class:`ChromaStore` and :class:`LanceDBStore` implement it. Each engine's
 client is imported only when its store is opened (``pip install 'lfa-index[milvus]'``, ``[qdrant]``,
 ``[chroma]``, ``[lancedb]``). The functions of :mod:`.aligned` put an AlignedIndex's prototypes or
-corpora in any store; :func:`open_store` opens one from a URI (``SCHEME:LOCATION#COLLECTION``,
+corpora in any store; :func:`search_mapped` searches a store of old-model rows with new-model queries through an
+EmbeddingAligner (:mod:`.migrated`); :func:`open_store` opens one from a URI (``SCHEME:LOCATION#COLLECTION``,
 :mod:`.uri`), as the ``lfa-index`` commands do.
 
 Example
@@ -32,6 +33,7 @@ from .base import VectorStore
 from .chroma import ChromaStore
 from .faiss_store import FaissStore
 from .lancedb_store import LanceDBStore
+from .migrated import search_mapped, search_mapped_exact
 from .milvus import MilvusStore
 from .qdrant import QdrantStore
 from .uri import StoreURI, open_store, parse_store_uri
@@ -53,6 +55,8 @@ __all__ = [
     "search_aligned",
     "search_unaligned",
     "support_from_store",
+    "search_mapped",
+    "search_mapped_exact",
     "open_store",
     "parse_store_uri",
     "StoreURI",

@@ -1,0 +1,78 @@
+"""``lfa-index align``: fit an EmbeddingAligner from paired rows of a new and an old model, and save it.
+
+The pairs come as two embedding files (row i of each embeds the same item), or as a sample of
+texts embedded here by both models. ``lfa-index search --store URI --map MAP`` then searches a
+store of old-model rows with new-model queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lfa_index import EmbeddingAligner
+from lfa_index.adapters import ENCODER_FORMS, load_embeddings
+
+from .console import Console
+from .errors import CLIError
+from .inputs import encoder_from_args
+from .options import add_command, positive_int
+from .readers import EMBEDDING_FILES, read_texts
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add the ``align`` sub-command to ``commands``."""
+    p = add_command(commands, "align", epilog=ENCODER_FORMS,
+                    help="map a new embedding model into an old one's space (no re-embedding)",
+                    description="Fit an EmbeddingAligner: new-model queries then search a store filled by the old "
+                                "model.\nPairs: --new FILE --old FILE (row i of both embeds the same item), or "
+                                "--texts CSV\nembedded here by --new-model and --old-model. The items need not be in "
+                                "the store,\nbut should be like its documents.")
+    p.add_argument("-o", "--out", required=True, metavar="DIR",
+                   help="directory to save the aligner to (replaced if it holds one)")
+    p.add_argument("--new", metavar="FILE", help=f"new-model embeddings of the sample ({EMBEDDING_FILES})")
+    p.add_argument("--old", metavar="FILE", help="old-model embeddings of the same items, same order")
+    p.add_argument("--texts", metavar="FILE", help="sample texts: CSV with a text column, or .txt one per line")
+    p.add_argument("--text-column", default="text", help="CSV column holding the texts (default text)")
+    p.add_argument("--new-model", metavar="SPEC",
+                   help="encoder of --texts on the new side, in the role queries will have (e5-small: query)")
+    p.add_argument("--old-model", metavar="SPEC", help="encoder of --texts on the old side (the store's model)")
+    p.add_argument("--query-sample", metavar="FILE",
+                   help="new-model query embeddings (unpaired) when the pairs' new side was embedded in another "
+                        "role (e5 passages): a centred map is served around their mean")
+    p.add_argument("--unpaired", action="store_true",
+                   help="--new and --old are unrelated samples (Sinkhorn matching; see docs/migration.md: it does "
+                        "not work at these sizes)")
+    p.add_argument("--steps", default="auto",
+                   help="ARerank refinement steps (0: none), or 'auto' (default: chosen on held-out pairs)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the folds and refinement (default 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    """Fit the aligner on the pairs and save it to ``--out``."""
+    files, texts = bool(args.new or args.old), bool(args.texts)
+    if files == texts:
+        raise CLIError(
+            "give the pairs one way: --new FILE --old FILE, or --texts FILE --new-model SPEC --old-model SPEC."
+        )
+    if files:
+        if not (args.new and args.old):
+            raise CLIError("--new and --old go together: the same items embedded by the new and the old model.")
+        x_new, _ = load_embeddings(args.new)
+        x_old, _ = load_embeddings(args.old)
+    else:
+        if not (args.new_model and args.old_model):
+            raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
+        sample = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
+        console.note(f"embedding {len(sample)} texts with {args.new_model} and {args.old_model}")
+        x_new = encoder_from_args(args, console, args.new_model).embed_texts(sample)
+        x_old = encoder_from_args(args, console, args.old_model).embed_texts(sample)
+    steps = args.steps if args.steps in ("auto", "0") else positive_int(args.steps, "--steps")
+    queries = load_embeddings(args.query_sample)[0] if args.query_sample else None
+    aligner = EmbeddingAligner(steps=0 if steps == "0" else steps, device=args.device, random_state=args.seed,
+                               verbose=console.progress)
+    aligner.fit(x_new, x_old, paired=not args.unpaired, queries=queries)
+    aligner.save(args.out)
+    console.note(f"saved {args.out}: {aligner.n_features_in_}-d new-model queries -> {aligner.n_features_out_}-d "
+                 "old-model rows (the fit's summary line above is saved with it)")
+    return 0

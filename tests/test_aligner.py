@@ -1,0 +1,235 @@
+"""EmbeddingAligner: a new encoder's rows mapped into an old encoder's space, learnt from paired rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from lfa_index import (
+    DimensionMismatchError,
+    EmbeddingAligner,
+    IndexFormatError,
+    IndexNotFoundError,
+    InvalidParameterError,
+    NonFiniteError,
+    NotFittedError,
+    ShapeError,
+)
+from lfa_index.arrays import l2_normalize
+from lfa_index.persistence import write_index_dir
+
+pytestmark = pytest.mark.usefixtures("single_threaded")
+
+
+def planted(n=300, d_new=24, d_old=16, noise=0.0, offset=0.0, seed=0, map_seed=0):
+    """Pairs ``y = normalize(x Q + noise)`` of a planted semi-orthogonal Q (d_new, d_old) drawn from
+    ``map_seed``; ``offset`` puts the new rows in a cone around a shared direction (as e5's)."""
+    q = np.linalg.qr(np.random.default_rng(map_seed).standard_normal((d_new, d_new)))[0][:, :d_old]
+    rng = np.random.default_rng(seed + 1000)
+    x = l2_normalize(rng.standard_normal((n, d_new)))
+    y = l2_normalize(x @ q + noise * rng.standard_normal((n, d_old)))
+    cone = np.zeros(d_new, dtype=np.float32)
+    cone[0] = offset
+    return l2_normalize(x + cone), y, q
+
+
+def partner_top1(aligner, x, y):
+    return float(((aligner.transform(x) @ y.T).argmax(axis=1) == np.arange(len(x))).mean())
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    x, y, q = planted(noise=0.05)
+    return EmbeddingAligner(random_state=0).fit(x, y), x, y, q
+
+
+def test_a_planted_linear_map_is_recovered_across_widths(fitted):
+    aligner, x, y, q = fitted
+    assert aligner.W_.shape == (24, 16) and aligner.mean_.shape == (24,)
+    assert aligner.n_features_in_ == 24 and aligner.n_features_out_ == 16
+    assert partner_top1(aligner, x, y) > 0.97
+    x_test, y_test, _ = planted(n=200, noise=0.05, seed=1)  # same Q, other rows
+    assert partner_top1(aligner, x_test, y_test) > 0.97
+    closed = EmbeddingAligner(steps=0, center=False, random_state=0).fit(x, y)
+    other = np.linalg.qr(np.random.default_rng(7).standard_normal((24, 24)))[0][:, :16]
+    assert np.linalg.norm(closed.W_ - q) < 0.25 * np.linalg.norm(q) < np.linalg.norm(other - q)
+
+
+def test_transform_is_unit_float32_rows_and_one_gemv_of_the_served_map(fitted):
+    aligner, x, _, _ = fitted
+    z = aligner.transform(x[:7] * 3.0)  # any scale: rows are normalised first
+    assert z.dtype == np.float32 and z.shape == (7, 16)
+    np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(z, l2_normalize((x[:7] - aligner.mean_) @ aligner.W_), rtol=1e-5, atol=1e-6)
+
+
+def test_a_narrow_cone_is_centred_and_beats_uncentred_procrustes():
+    x, y, _ = planted(n=400, d_new=16, d_old=16, noise=0.3, offset=4.0, seed=3, map_seed=3)
+    aligner = EmbeddingAligner(steps=0, random_state=0).fit(x, y)
+    plain = EmbeddingAligner(steps=0, center=False, random_state=0).fit(x, y)
+    assert aligner.center_ and not plain.center_
+    assert partner_top1(aligner, x, y) > partner_top1(plain, x, y) + 0.2
+    assert aligner.selection_["candidates"]["Procrustes, centred"] > aligner.selection_["candidates"]["Procrustes"]
+
+
+def test_the_identity_is_kept_when_both_rows_come_from_one_model():
+    rng = np.random.default_rng(5)
+    x = l2_normalize(rng.standard_normal((200, 12)))
+    aligner = EmbeddingAligner(steps=0, random_state=0).fit(x, l2_normalize(x + 0.01 * rng.standard_normal(x.shape)))
+    assert partner_top1(aligner, x, x) == 1.0
+    assert aligner.selection_["candidates"]["identity"] > 0.99
+
+
+def test_refinement_is_chosen_on_held_out_pairs_and_only_when_it_helps(fitted):
+    aligner, _, _, _ = fitted
+    sel = aligner.selection_
+    assert set(sel["step_scores"]) == {str(s) for s in range(25, 301, 25)}
+    if aligner.steps_:
+        assert sel["heldout_mrr"] > sel["heldout_init_mrr"]
+    else:
+        assert "not significantly better" in sel["how"]
+    assert aligner.summary_.startswith("EmbeddingAligner fit: 24-d -> 16-d")
+
+
+def test_refinement_helps_where_procrustes_is_not_enough():
+    # a non-orthogonal planted map: Procrustes is biased, ARerank refinement can move W off the orthogonal group
+    rng = np.random.default_rng(2)
+    x = l2_normalize(rng.standard_normal((600, 8)))
+    y = l2_normalize(x @ (rng.standard_normal((8, 8)) * np.linspace(0.1, 2.0, 8)))
+    aligner = EmbeddingAligner(random_state=0).fit(x[:400], y[:400])
+    closed = EmbeddingAligner(steps=0, random_state=0).fit(x[:400], y[:400])
+    assert aligner.steps_ > 0
+    assert partner_top1(aligner, x[400:], y[400:]) > partner_top1(closed, x[400:], y[400:]) + 0.05
+
+
+def test_a_query_sample_centres_the_served_map_on_its_mean():
+    x, y, _ = planted(n=300, d_new=16, d_old=16, offset=4.0, seed=4, map_seed=4)
+    queries = planted(n=50, d_new=16, d_old=16, offset=2.0, seed=9, map_seed=4)[0]
+    aligner = EmbeddingAligner(steps=0, center=True, random_state=0).fit(x, y, queries=queries)
+    np.testing.assert_allclose(aligner.mean_, l2_normalize(queries).mean(axis=0), rtol=1e-5, atol=1e-6)
+    assert "queries' mean" in aligner.summary_
+    # held-out pairs cannot score a map served around another mean: no step count is chosen for it
+    chosen = EmbeddingAligner(center=True, random_state=0).fit(x, y, queries=queries)
+    assert chosen.steps_ == 0 and "cannot score" in chosen.selection_["how"]
+    np.testing.assert_array_equal(chosen.W_, aligner.W_)
+
+
+def test_unpaired_samples_fit_a_map_of_the_right_shape():
+    x, y, _ = planted(n=120, d_new=12, d_old=8, seed=6, map_seed=6)
+    aligner = EmbeddingAligner(random_state=0, n_rounds=2).fit(x, y[:90], paired=False)
+    assert aligner.W_.shape == (12, 8) and not aligner.paired_ and aligner.selection_["rows"] == [120, 90]
+    assert aligner.transform(x[:3]).shape == (3, 8)
+
+
+# ------------------------------------------------------------------------------ persistence
+def test_save_and_load_round_trip(fitted, tmp_path):
+    aligner, x, _, _ = fitted
+    aligner.save(tmp_path / "map")
+    loaded = EmbeddingAligner.load(tmp_path / "map")
+    np.testing.assert_array_equal(loaded.transform(x), aligner.transform(x))
+    assert loaded.get_params() == aligner.get_params()
+    assert loaded.summary_ == aligner.summary_ and loaded.selection_ == aligner.selection_
+    manifest = json.loads((tmp_path / "map" / "manifest.json").read_text())
+    assert manifest["kind"] == "embedding-aligner"
+    assert not list((tmp_path / "map").rglob("*.pkl"))
+
+
+def test_loading_refuses_missing_foreign_and_inconsistent_directories(fitted, tmp_path):
+    aligner, _, _, _ = fitted
+    with pytest.raises(IndexNotFoundError):
+        EmbeddingAligner.load(tmp_path / "nothing")
+    doc = {"aligner_format": 1, "params": aligner.get_params(),
+           "state": {**json.loads(json.dumps(_state(aligner))), "n_features_in_": 25}}
+    write_index_dir(tmp_path / "bad", kind="embedding-aligner", documents={"aligner.json": doc},
+                    arrays={"map.safetensors": {"W": aligner.W_, "mean": aligner.mean_}}, faiss_indexes={})
+    with pytest.raises(IndexFormatError, match="map.safetensors"):
+        EmbeddingAligner.load(tmp_path / "bad")
+    write_index_dir(tmp_path / "other", kind="aligned-index", documents={"params.json": {}},
+                    arrays={"arrays.safetensors": {"W": aligner.W_}}, faiss_indexes={})
+    with pytest.raises(IndexFormatError, match="embedding-aligner"):
+        EmbeddingAligner.load(tmp_path / "other")
+    aligner.save(tmp_path / "tampered")
+    data = next((tmp_path / "tampered").glob("data-*/map.safetensors"))
+    raw = bytearray(data.read_bytes())
+    raw[-1] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    with pytest.raises(IndexFormatError):
+        EmbeddingAligner.load(tmp_path / "tampered")
+
+
+def _state(aligner):
+    from lfa_index.index.aligner_format import STATE
+
+    return {name: getattr(aligner, name) for name in STATE}
+
+
+SERVE = textwrap.dedent(
+    """
+    import sys
+
+    class Blocker:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"torch", "sklearn", "scipy", "tqdm", "ot"}:
+                raise ImportError(f"{name} is not installed here")
+
+    sys.meta_path.insert(0, Blocker())
+    import numpy as np
+    from lfa_index import EmbeddingAligner
+    from lfa_index.stores import FaissStore, search_mapped
+
+    aligner = EmbeddingAligner.load(sys.argv[1])
+    data = np.load(sys.argv[2])
+    store = FaissStore(dim=aligner.n_features_out_).add(data["old"], ids=np.arange(len(data["old"])))
+    ids = search_mapped(aligner, store, data["new"], 5)[1]
+    np.savez(sys.argv[3], transform=aligner.transform(data["new"]), ids=ids)
+    print("leaked", sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "sklearn", "scipy"}))
+    """
+)
+
+
+def test_a_saved_aligner_transforms_and_searches_without_torch(fitted, tmp_path):
+    from lfa_index.stores import FaissStore, search_mapped
+
+    aligner, x, y, _ = fitted
+    aligner.save(tmp_path / "map")
+    np.savez(tmp_path / "inputs.npz", new=x[:20], old=y)
+    done = subprocess.run([sys.executable, "-c", SERVE, str(tmp_path / "map"), str(tmp_path / "inputs.npz"),
+                           str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "leaked []" in done.stdout
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["transform"], aligner.transform(x[:20]))
+    store = FaissStore(dim=16).add(y, ids=np.arange(len(y)))
+    np.testing.assert_array_equal(out["ids"], search_mapped(aligner, store, x[:20], 5)[1])
+
+
+# ------------------------------------------------------------------------------ typed errors
+def test_inputs_and_parameters_fail_with_typed_errors(fitted):
+    aligner, x, y, _ = fitted
+    with pytest.raises(NotFittedError):
+        EmbeddingAligner().transform(x)
+    with pytest.raises(ShapeError, match="paired=False"):
+        EmbeddingAligner().fit(x, y[:-1])
+    with pytest.raises(DimensionMismatchError, match="24-d"):
+        aligner.transform(y)
+    with pytest.raises(DimensionMismatchError, match="queries"):
+        EmbeddingAligner().fit(x, y, queries=y)
+    bad = x.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(NonFiniteError):
+        EmbeddingAligner().fit(bad, y)
+    with pytest.raises(InvalidParameterError, match="center"):
+        EmbeddingAligner(center="yes").fit(x, y)
+    with pytest.raises(InvalidParameterError, match="maps"):
+        EmbeddingAligner(maps="ridge").fit(x, y)
+    with pytest.raises(InvalidParameterError, match="paired"):
+        EmbeddingAligner().fit(x, y, paired="no")
+    state = dict(aligner.__dict__)
+    with pytest.raises(ShapeError):
+        aligner.fit(x, y[:5])
+    assert aligner.__dict__.keys() == state.keys() and aligner.W_ is state["W_"]  # a failed fit changes nothing
