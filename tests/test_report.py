@@ -81,10 +81,12 @@ def test_stages_reproduce_the_estimator_hubness_before_and_after_refinement(fitt
 
 
 def test_lfa_stage_on_eval_rows_agrees_with_the_text_prototype_classifier(problem):
-    # the stages rank rows against the aligned text prototypes: the classifier when λ = 0
+    # the stages rank rows against the aligned text prototypes: the classifier when λ = 0 and the
+    # prototypes are not trained
     X, y, P, X_test, y_test = problem
     names = [f"class {i}" for i in range(len(P))]
-    plain = AlignedIndex(lfa=LFA(**OPTIONS, prototype_mix=0.0, mapping="task")).fit(X, y, P, names)
+    options = dict(OPTIONS, prototype_mix=0.0, mapping="task", refine_prototypes=False)
+    plain = AlignedIndex(lfa=LFA(**options)).fit(X, y, P, names)
     stages = alignment_stages(plain, X_test, [f"class {i}" for i in y_test])
     predicted = class_positions(plain, plain.predict(X_test))
     assert stages.accuracy("eval")["lfa"] == pytest.approx(np.mean(predicted == y_test))

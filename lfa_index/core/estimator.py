@@ -167,7 +167,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     projection_ : ndarray (k, d_in) or None, projection_side_ : "image", "text" or None,
     projection_kind_ : "shrink", "widen" or None.
     loss_curve_ : list[float]           ARerank loss per refinement step (last round for U-LFA).
-    hubness_init_, hubness_ : float     support hubness after β-Procrustes and after refinement.
+    hubness_init_, hubness_ : float     support hubness after β-Procrustes and with the served map W_.
     assignments_ : ndarray (N, C)       U-LFA soft assignments (None when supervised).
     heldout_scores_ : ndarray (N,) or None   each support row's best score under a model fitted
                                         without it (cross-fitted; calibrates rejection thresholds).

@@ -247,7 +247,7 @@ def fit_supervised(
         beta=beta, new_class_beta=new_beta, candidate=candidate, selection=selection, step_trials=step_trials,
         discriminant_weight=weight, loss_curve=result.loss_curve,
         hubness_init=hubness(F.normalize(fit0 @ w_init, dim=1), prototypes, labels),
-        hubness=hubness(F.normalize(fit0 @ result.W, dim=1), prototypes, labels),
+        hubness=hubness(F.normalize(fit0 @ served_map, dim=1), prototypes, labels),
     )
 
 
