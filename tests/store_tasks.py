@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ def check_support_from_store(store: VectorStore, task: tuple, options: dict[str,
 ENGINES = {  # engine -> client module (None: FAISS, always there)
     "faiss": None, "milvus": "pymilvus", "qdrant": "qdrant_client", "chroma": "chromadb", "lancedb": "lancedb",
 }
+_tags = itertools.count()
 
 
 def engine_store(engine: str, root: Path, name: str, dim: int | None = None, **options: Any) -> VectorStore:
@@ -81,3 +83,52 @@ def engine_store(engine: str, root: Path, name: str, dim: int | None = None, **o
     if engine == "chroma":
         return ChromaStore(root / "chroma", name, dim, **options)
     return LanceDBStore(root / "lancedb", name, dim, **options)
+
+
+class Stores:
+    """The stores one test opens in one engine, all embedded (no server); closed when the test ends.
+
+    Milvus Lite starts a server per file, so its collections share one file per module (``shared``) under
+    names tagged per test (:meth:`name`); the other engines live in the test's own ``tmp`` directory."""
+
+    def __init__(self, engine: str, shared: Path, tmp: Path):
+        self.engine, self._shared, self._tmp = engine, shared, tmp
+        self._tag = next(_tags)
+        self._opened: list[VectorStore] = []
+
+    def name(self, name: str) -> str:
+        """The collection ``name`` stands for in this test (Milvus: tagged, as its file is shared)."""
+        return f"{name}_{self._tag}" if self.engine == "milvus" else name
+
+    def location(self) -> str:
+        """Where :meth:`open` keeps persistent collections: what the engine's store takes as ``uri``."""
+        if self.engine == "milvus":
+            return str(self._shared / "milvus.db")
+        return str(self._tmp / self.engine)
+
+    def open(self, name: str, dim: int | None = None, persistent: bool = False, **options: Any) -> VectorStore:
+        """A store of collection ``name`` (created with ``dim``, or opened as it is when None). ``persistent``:
+        kept where a store of the same name opens it again (Qdrant: a directory, not ``:memory:``; FAISS: the
+        ``faiss:DIR#NAME`` store, written by :meth:`persist`)."""
+        from lfa_index.stores import QdrantStore, open_store
+
+        if persistent and self.engine == "faiss":
+            store = open_store(f"faiss:{self.location()}", name, dim, **options)
+        elif persistent and self.engine == "qdrant":
+            store = QdrantStore(self.location(), name, dim, **options)
+        else:
+            root = self._shared if self.engine == "milvus" else self._tmp
+            store = engine_store(self.engine, root, self.name(name), dim, **options)
+        self._opened.append(store)
+        return store
+
+    def persist(self, store: VectorStore) -> None:
+        """Write ``store`` where it opens again and close it: FAISS saves (it lives in memory), the others write
+        through already."""
+        if self.engine == "faiss":
+            store.save()
+        store.close()
+
+    def close(self) -> None:
+        for store in self._opened:
+            store.close()

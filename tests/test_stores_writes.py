@@ -1,9 +1,9 @@
-"""What a write does to a store, in all five engines from one suite: one field at a time, values kept
-exactly, every row replaced at once, and classification that never reads "no hit" as a class."""
+"""The store suite's write-backs, in all five engines through the ``stores`` fixture (as test_stores.py): one
+field at a time, values kept exactly, every row replaced at once, and classification that never reads "no hit"
+as a class."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import threading
 import time
@@ -11,11 +11,10 @@ import time
 import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
-from store_tasks import ENGINES, NAMES, engine_store, fit_named, make_task
+from store_tasks import NAMES, fit_named, make_task
 
 from lfa_index import LFA, AlignedIndex, InvalidInputError
 from lfa_index.stores import (
-    FaissStore,
     SchemaError,
     classify,
     classify_rows,
@@ -35,32 +34,10 @@ FIELDS = {
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return tmp_path_factory.mktemp("stores")
-
-
-@pytest.fixture(params=list(ENGINES))
-def engine(request):
-    module = ENGINES[request.param]
-    if module is not None and importlib.util.find_spec(module) is None:
-        pytest.skip(f"needs {module}")
-    return request.param
-
-
 @pytest.fixture
-def new_store(engine, root):
+def new_store(stores):
     """``new_store(dim)``: an empty store of this engine, closed after the test."""
-    opened = []
-
-    def make(dim, **options):
-        store = engine_store(engine, root, f"writes_{next(_names)}", dim, **options)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
+    return lambda dim, **options: stores.open(f"writes_{next(_names)}", dim, **options)
 
 
 @pytest.fixture(scope="module")
@@ -210,12 +187,21 @@ def test_classify_during_concurrent_write_prototypes_answers_from_the_old_or_new
     assert not failures, f"{len(failures)} of {calls} calls: {failures[:3]}"
 
 
-def test_classify_refuses_a_store_that_answers_no_hit(index, task):
-    class Emptied(FaissStore):  # what a reader of a store emptied meanwhile sees: the count, then no hit
-        def count(self):
-            return len(NAMES)
+class Emptied:
+    """What a reader of a store emptied meanwhile sees: the count of the classes, then no hit."""
 
-    store = Emptied(dim=prototype_dim(index))
+    def __init__(self, store):
+        self._store = store
+
+    def count(self):
+        return len(NAMES)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_classify_refuses_a_store_that_answers_no_hit(index, task, new_store):
+    store = Emptied(new_store(prototype_dim(index)))
     with pytest.raises(InvalidInputError, match="id -1"):
         classify(index, store, task[3][:3])
     store.add(np.ones((1, prototype_dim(index))), [len(NAMES) + 5])  # an id beyond the classes
