@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -23,6 +24,8 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
+from lfa_index import LFA
+from lfa_index.core.config import RefineConfig
 from lfa_index.files import atomic_write
 
 from .baselines import BASELINES, FewShotTask
@@ -37,6 +40,23 @@ Records = list[dict[str, Any]]
 
 REFERENCES = (("probe", "linear_probe_cv"), ("gda", "gda"))
 """Record key and baseline name of each reference baseline."""
+
+
+def lfa_with(**settings: Any) -> type[LFA]:
+    """:class:`LFA` whose fits use ``RefineConfig(..., **settings)``: fit settings that are not
+    constructor parameters (``folds``, ``unit_rows``), passed to this estimator only.
+
+    >>> lfa_with(folds=4)(random_state=1).fit(X, y, prototypes)
+    """
+    unknown = set(settings) - set(RefineConfig.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"RefineConfig has no field(s) {sorted(unknown)}")
+
+    class Configured(LFA):
+        def refine_config(self) -> RefineConfig:
+            return replace(super().refine_config(), **settings)
+
+    return Configured
 
 
 def cell_supports(cells: Sequence[str], seeds: int, root: Path | None

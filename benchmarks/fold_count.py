@@ -1,12 +1,12 @@
 """How many folds the default's held-out selection should use: K = 3 (the default) against more.
 
 The default chooses the step count and the prototype mix λ on ``K`` class-stratified folds of the
-support (:mod:`lfa_index.core.selection`). With K = 3 each fold trains on 2/3 of the support,
-while the final fit sees all of it; support-side prototypes gain more from the missing rows than
-text prototypes do, so a small K could rate λ too low. This benchmark refits the default with
-other fold counts (``lfa_index.core.supervised.N_FOLDS``, capped at the smallest class count as
-always) on the same supports and reports accuracy, fit time and the chosen λ against GDA and the
-CV-tuned probe, computed as in :mod:`benchmarks.accuracy`.
+support (:mod:`lfa_index.core.selection`). With K = 3 each fold trains on 2/3 of the support, while
+the final fit sees all of it; support-side prototypes gain more from the missing rows than text
+prototypes do, so a small K could rate λ too low. This benchmark refits the default with other fold
+counts (``RefineConfig.folds``, capped at the smallest class count as always) on the same supports
+and reports accuracy, fit time and the chosen λ against GDA and the CV-tuned probe, computed as in
+:mod:`benchmarks.accuracy`.
 
 Cells where the default refines (C > k + 1); AG News keeps β-Procrustes on its own closed-form
 folds and is not affected.
@@ -32,11 +32,10 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-import lfa_index.core.supervised as supervised
-from lfa_index import LFA
+from lfa_index.core.config import RefineConfig
 from lfa_index.files import atomic_write
 
-from .cells import cell_supports
+from .cells import cell_supports, lfa_with
 from .data import add_data_argument
 
 RESULTS = Path(__file__).parent / "results"
@@ -47,20 +46,15 @@ CELLS = ("dtd:4", "dtd:16", "oxford_pets:4", "oxford_pets:16", "caltech101:4", "
 def run(cells: Sequence[str], folds: Sequence[int], seeds: int, root: Path | None) -> list[dict]:
     """One record per (cell, seed): baselines and the default fitted with each fold count."""
     records = []
-    default_folds = supervised.N_FOLDS
-    try:
-        for data, X, y, rec in cell_supports(cells, seeds, root):
-            for k in folds:
-                supervised.N_FOLDS = k
-                start = time.perf_counter()
-                model = LFA(random_state=rec["seed"]).fit(X, y, data.prototypes)
-                rec[f"K{k}"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
-                                "seconds": time.perf_counter() - start, "mix": model.prototype_mix_,
-                                "steps": model.steps_}
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
-    finally:
-        supervised.N_FOLDS = default_folds
+    for data, X, y, rec in cell_supports(cells, seeds, root):
+        for k in folds:
+            start = time.perf_counter()
+            model = lfa_with(folds=k)(random_state=rec["seed"]).fit(X, y, data.prototypes)
+            rec[f"K{k}"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
+                            "seconds": time.perf_counter() - start, "mix": model.prototype_mix_,
+                            "steps": model.steps_}
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
     return records
 
 
@@ -95,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(text)
     atomic_write(RESULTS / "fold_count.json", json.dumps({
         "command": "python -m benchmarks.fold_count " + " ".join(sys.argv[1:] if argv is None else argv),
-        "default_folds": supervised.N_FOLDS, "records": records, "table": text}, indent=1))
+        "default_folds": RefineConfig().folds, "records": records, "table": text}, indent=1))
     return 0
 
 

@@ -25,34 +25,19 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import torch.nn.functional as F
 
-import lfa_index.core.selection as selection
 from lfa_index import LFA
 from lfa_index.arrays import l2_normalize
 
-from .cells import cell_benchmark, cell_supports
+from .cells import cell_benchmark, cell_supports, lfa_with
 
-
-@contextmanager
-def unit_rows() -> Iterator[None]:
-    """Within the block, the default's discriminant is fitted and scored on unit aligned rows.
-
-    Both functions the selection and the final fit go through are wrapped, so the held-out
-    evidence judges the classifier that the variant serves.
-    """
-    fit, score = selection.support_prototypes, selection.class_scores
-    selection.support_prototypes = lambda z, *args, **kw: fit(F.normalize(z, dim=1), *args, **kw)
-    selection.class_scores = lambda z, *args, **kw: score(F.normalize(z, dim=1), *args, **kw)
-    try:
-        yield
-    finally:
-        selection.support_prototypes, selection.class_scores = fit, score
+UnitRowsLFA = lfa_with(unit_rows=True)
+"""The variant: the selection and the final fit both see unit aligned rows (``RefineConfig.unit_rows``),
+so the held-out evidence judges the classifier that the variant serves."""
 
 
 def unit_row_accuracy(model: LFA, X: np.ndarray, labels: np.ndarray) -> float:
@@ -71,10 +56,9 @@ def run(cells: Sequence[str], seeds: int, root: Path | None) -> list[dict[str, A
         model = LFA(random_state=seed).fit(X, y, data.prototypes)
         rec["default"] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
                           "seconds": time.perf_counter() - start, "mix": model.prototype_mix_}
-        with unit_rows():
-            start = time.perf_counter()
-            model = LFA(random_state=seed).fit(X, y, data.prototypes)
-            seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        model = UnitRowsLFA(random_state=seed).fit(X, y, data.prototypes)
+        seconds = time.perf_counter() - start
         rec["unit_rows"] = {"accuracy": unit_row_accuracy(model, data.eval_features, data.eval_labels),
                             "seconds": seconds, "mix": model.prototype_mix_}
         records.append(rec)

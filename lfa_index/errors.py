@@ -93,11 +93,11 @@ class IndexFormatError(LFAIndexError, ValueError):
 
 
 class IndexVersionError(IndexFormatError):
-    """An index was written by a newer on-disk format than this library reads."""
+    """An index was written in an on-disk format version this library does not read: re-fit and re-save it."""
 
 
 class IndexNotFoundError(IndexFormatError, FileNotFoundError):
-    """Nothing is at the path given to :meth:`AlignedIndex.load` (and no moved-aside index to recover)."""
+    """Nothing is at the path given to :meth:`AlignedIndex.load`."""
 
 
 class IndexPathError(LFAIndexError, FileExistsError):

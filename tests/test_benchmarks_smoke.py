@@ -207,27 +207,37 @@ def test_the_gap_to_the_best_baseline_carries_the_standard_error_of_its_per_seed
     assert row["best_baseline"] == "gda" and row["gap_se"] == pytest.approx(1 / 3) and row["met"]
 
 
-def test_the_unit_row_variant_fits_the_discriminant_on_unit_rows_and_restores_the_default():
+def test_the_unit_row_setting_fits_the_discriminant_on_unit_rows():
     import torch
 
-    import lfa_index.core.selection as selection
-    from benchmarks import unit_rows
+    from lfa_index.core.selection import classifier
 
     z = torch.tensor([[2.0, 0.0], [0.0, 0.5], [1.5, 1.5], [0.2, 1.0]], dtype=torch.float64)
-    labels = torch.tensor([0, 1, 0, 1])
-    original = selection.support_prototypes
-    with unit_rows.unit_rows():
-        inside = selection.support_prototypes(z, labels, 2)
-    assert selection.support_prototypes is original
-    expected = original(torch.nn.functional.normalize(z, dim=1), labels, 2)
-    assert all(torch.equal(a, b) for a, b in zip(inside, expected))
-    assert not torch.allclose(original(z, labels, 2)[1], expected[1])  # the norms matter to the bias
-    with pytest.raises(RuntimeError), unit_rows.unit_rows():
-        raise RuntimeError("a failed fit")
-    assert selection.support_prototypes is original and selection.class_scores.__module__ == "lfa_index.core.prototypes"
+    labels, base = torch.tensor([0, 1, 0, 1]), torch.eye(2, dtype=torch.float64)
+    unit = classifier(z, labels, base, 1.0, "discriminant", unit_rows=True)
+    expected = classifier(torch.nn.functional.normalize(z, dim=1), labels, base, 1.0, "discriminant")
+    assert all(torch.equal(a, b) for a, b in zip(unit, expected))
+    plain = classifier(z, labels, base, 1.0, "discriminant")
+    assert not torch.allclose(plain[1], expected[1])  # the norms matter to the bias
+
+
+def test_the_benchmark_settings_reach_only_the_estimator_they_are_given_to():
+    from benchmarks import unit_rows
+    from benchmarks.cells import lfa_with
+
+    X, y, X_eval, y_eval, protos = planted_problem(shots=4)
+    default = LFA(random_state=0).fit(X, y, protos)
+    variant = unit_rows.UnitRowsLFA(random_state=0).fit(X, y, protos)
+    assert not np.array_equal(variant.intercept_, default.intercept_)
+    four = lfa_with(folds=4)(random_state=0).fit(X, y, protos)
+    assert four.selection_["runs"] == default.selection_["runs"] // 3 * 4  # runs = variants x folds
+    again = LFA(random_state=0).fit(X, y, protos)  # nothing global changed
+    np.testing.assert_array_equal(again.intercept_, default.intercept_)
+    np.testing.assert_array_equal(again.W_, default.W_)
+    with pytest.raises(TypeError, match="n_folds"):
+        lfa_with(n_folds=4)
 
     # without class biases the unit-row score is the served aligned cosine
-    X, y, X_eval, y_eval, protos = planted_problem(shots=4)
     model = LFA.paper(steps=5, random_state=0).fit(X, y, protos)
     assert unit_rows.unit_row_accuracy(model, X_eval, y_eval) == pytest.approx(100 * model.score(X_eval, y_eval))
 

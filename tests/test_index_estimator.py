@@ -54,14 +54,6 @@ def test_an_unfitted_index_pickles_for_parallel_model_selection():
     assert copy.get_params()["lfa__beta"] == 0.5 and copy.corpus_mapping == "tt"
 
 
-def test_lfa_options_given_to_the_index_raise_a_typed_error_saying_how_to_pass_them():
-    with pytest.raises(InvalidParameterError, match=r"AlignedIndex\(lfa=LFA\(steps=100, random_state=0\)\)") as err:
-        AlignedIndex(steps=100, random_state=0)
-    assert isinstance(err.value, TypeError)
-    with pytest.raises(InvalidParameterError, match=r"unknown option\(s\) \['betta'\]"):
-        AlignedIndex(betta=0.5)
-
-
 @pytest.mark.parametrize(
     "params, name",
     [({"lfa": "LFA()"}, "lfa"), ({"corpus_params": 16}, "corpus_params"), ({"corpus_factory": None}, "corpus_factory")],

@@ -3,8 +3,6 @@ the same answers after save/load, store-native exports, and format-1 indexes sti
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import faiss
 import numpy as np
 import pytest
@@ -14,7 +12,6 @@ from lfa_index import LFA, AlignedIndex
 OPTIONS = dict(steps=10, device="cpu", random_state=0)
 # every option on, fixed: biases (discriminant mix), centring, trained prototypes, averaged maps
 ALL_ON = dict(OPTIONS, prototype_mix=0.5, center=True, refine_prototypes=True, mapping="average")
-V1 = Path(__file__).parent / "data"
 
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
@@ -116,15 +113,3 @@ def test_save_and_load_keep_biases_centring_and_the_options(index, task, tmp_pat
     loaded.partial_fit(support[:8], labels[:8])
     assert loaded.lfa_.center_ and loaded.lfa_.mapping_ == "average" and loaded.lfa_.prototype_mix_ == 0.5
     np.testing.assert_allclose(loaded.lfa_.feature_mean_, index.lfa_.feature_mean_)
-
-
-def test_a_format_1_index_written_before_the_options_still_loads_and_answers_the_same():
-    answers = np.load(V1 / "index_v1_answers.npz")
-    loaded = AlignedIndex.load(V1 / "index_v1")
-    assert not loaded.augmented_ and not loaded.lfa_.center_ and loaded.lfa_.mapping_ == "task"
-    np.testing.assert_array_equal(loaded.predict(answers["queries"]), answers["predict"])
-    np.testing.assert_allclose(loaded.decision_function(answers["queries"]), answers["decision"], atol=1e-6)
-    np.testing.assert_array_equal(loaded.search_text(answers["text"], 5)[1], answers["text_ids"])
-    np.testing.assert_array_equal(loaded.search_corpus(answers["queries"][:5], 5)[1], answers["corpus_ids"])
-    np.testing.assert_array_equal(loaded.lfa_.text_prototypes_, loaded.lfa_.prototypes_)
-    assert loaded.aligned_prototypes().shape == (6, 16)

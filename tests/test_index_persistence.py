@@ -8,10 +8,9 @@ import json
 import multiprocessing
 import os
 import pickle
-import shutil
 import signal
+import tempfile
 import time
-from pathlib import Path
 
 import faiss
 import numpy as np
@@ -19,8 +18,8 @@ import pytest
 from properties import data_dir
 
 import lfa_index.persistence as persistence
-from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexVersionError
-from lfa_index.persistence import IndexPermissionError
+from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexPermissionError, IndexVersionError
+from lfa_index.persistence.layout import _sha256
 
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 NAMES = [f"class {i}" for i in range(10)]
@@ -157,7 +156,7 @@ def test_a_failed_save_leaves_the_previous_index_intact(index, data, tmp_path, m
     def broken_write(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(persistence.faiss, "write_index", broken_write)
+    monkeypatch.setattr(faiss, "write_index", broken_write)
     with pytest.raises(OSError, match="disk full"):
         index.save(path)
     assert (path / "manifest.json").read_bytes() == before
@@ -215,12 +214,23 @@ def test_manifest_cannot_point_outside_the_directory(saved):
         AlignedIndex.load(saved)
 
 
-def test_newer_format_version_is_refused(saved):
+def _snapshot(path):
+    """Every entry under ``path`` with its bytes (None for folders) and modification time."""
+    return {p: (None if p.is_dir() else p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(path.rglob("*"))}
+
+
+@pytest.mark.parametrize("version", [persistence.FORMAT_VERSION + 1, 3, 0])
+def test_a_directory_of_another_format_version_is_refused_and_left_untouched(index, saved, version):
+    """3: what the code before the restart of format versioning wrote; no upgrade code reads it."""
     manifest = json.loads((saved / "manifest.json").read_text())
-    manifest["format_version"] = persistence.FORMAT_VERSION + 1
+    manifest["format_version"] = version
     (saved / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(IndexVersionError, match="upgrade lfa-index"):
+    before = _snapshot(saved.parent)
+    with pytest.raises(IndexVersionError, match=f"format version {version}.*re-fit the model and re-save it"):
         AlignedIndex.load(saved)
+    with pytest.raises(IndexPathError, match="another on-disk format.*re-fit the model and re-save it"):
+        index.save(saved)
+    assert _snapshot(saved.parent) == before
 
 
 def test_consistent_but_foreign_contents_are_refused(tmp_path):
@@ -244,32 +254,20 @@ def test_a_deeply_nested_part_is_a_format_error_not_a_recursion_error(tmp_path):
     part = data_dir(tmp_path / "ix") / "params.json"
     part.write_text("[" * 200_000 + "]" * 200_000)
     manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    manifest["files"]["params.json"] = {"sha256": persistence._sha256(part), "bytes": part.stat().st_size}
+    manifest["files"]["params.json"] = {"sha256": _sha256(part), "bytes": part.stat().st_size}
     (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError, match="could not be read"):
         AlignedIndex.load(tmp_path / "ix")
 
 
-# ------------------------------------------------------------------ old layouts, crashes, concurrency
-V1 = Path(__file__).parent / "data" / "index_v1"
+# ------------------------------------------------------------------ crashes, concurrency
 
 
 def only_ours_left(path):
     """The index directory holds what its manifest names (and the lock file); nothing lies beside it."""
     manifest = json.loads((path / "manifest.json").read_text())
-    current = {manifest["data"]} if "data" in manifest else set(manifest["files"])
-    assert {p.name for p in path.iterdir()} - {".lfa-index.lock"} == {"manifest.json", *current}
+    assert {p.name for p in path.iterdir()} - {".lfa-index.lock"} == {"manifest.json", manifest["data"]}
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
-
-
-def test_a_format_1_directory_loads_and_a_resave_converts_it(index, data, tmp_path):
-    old = AlignedIndex.load(V1)
-    path = tmp_path / "ix"
-    shutil.copytree(V1, path)
-    np.testing.assert_array_equal(AlignedIndex.load(path).aligned_prototypes(), old.aligned_prototypes())
-    index.save(path)
-    assert_same(answers(AlignedIndex.load(path), data), answers(index, data))
-    only_ours_left(path)  # the format 1 files were removed, nothing else was
 
 
 def _fitted_variant(data, seed):
@@ -314,25 +312,19 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="kills and races
 
 
 @needs_fork
-@pytest.mark.parametrize("before", ["format 3", "format 1"])
-def test_a_save_killed_at_any_step_leaves_the_old_or_the_new_index(data, tmp_path, before):
-    old = AlignedIndex.load(V1) if before == "format 1" else _fitted_variant(data, 1)
-    new, third = _fitted_variant(data, 2), _fitted_variant(data, 3)
-    old_queries = data[3] if before == "format 3" else np.load(V1.parent / "index_v1_answers.npz")["queries"]
+def test_a_save_killed_at_any_step_leaves_the_old_or_the_new_index(data, tmp_path):
+    old, new, third = (_fitted_variant(data, seed) for seed in (1, 2, 3))
     step, outcomes = 0, set()
     while True:
         step += 1
         path = tmp_path / f"run{step}" / "ix"
-        if before == "format 1":
-            shutil.copytree(V1, path)
-        else:
-            old.save(path)
+        old.save(path)
         killed = _save_killed_at(step, new, path)
         loaded = AlignedIndex.load(path)
         same = [np.array_equal(loaded.aligned_prototypes(), ix.aligned_prototypes()) for ix in (old, new)]
         assert any(same), f"killed at step {step}: the index is neither the old nor the new one"
-        reference, queries = (old, old_queries) if same[0] else (new, data[3])
-        np.testing.assert_array_equal(loaded.predict(queries), reference.predict(queries))
+        reference = old if same[0] else new
+        np.testing.assert_array_equal(loaded.predict(data[3]), reference.predict(data[3]))
         outcomes.add("old" if same[0] else "new")
         if not killed:
             break
@@ -340,35 +332,6 @@ def test_a_save_killed_at_any_step_leaves_the_old_or_the_new_index(data, tmp_pat
         np.testing.assert_array_equal(AlignedIndex.load(path).aligned_prototypes(), third.aligned_prototypes())
         only_ours_left(path)
     assert step > 10 and outcomes == {"old", "new"}
-
-
-def test_an_index_moved_aside_by_a_crashed_old_version_is_recovered(data, tmp_path):
-    """lfa-index 0.1 renamed the index to .NAME.XXXXXXXX.old before moving the new one in."""
-    path = tmp_path / "ix"
-    shutil.copytree(V1, tmp_path / ".ix.abcd1234.old")
-    shutil.copytree(V1, tmp_path / ".ix.efgh5678.tmp")  # a finished but unplaced temporary copy
-    loaded = AlignedIndex.load(path)
-    np.testing.assert_array_equal(loaded.aligned_prototypes(), AlignedIndex.load(V1).aligned_prototypes())
-    assert path.is_dir()
-    new = _fitted_variant(data, 2)
-    new.save(path)
-    only_ours_left(path)
-
-
-def test_the_command_line_recovers_an_index_moved_aside_by_a_crashed_old_version(tmp_path, capsys):
-    """`lfa-index predict` loads the index (which recovers it) instead of first saying "no index at"."""
-    from lfa_index import cli
-
-    shutil.copytree(V1, tmp_path / ".ix.abcd1234.old")
-    queries = AlignedIndex.load(V1).support_embeddings_[:3]
-    np.save(tmp_path / "q.npy", queries)
-    code = cli.main(["predict", "-q", str(tmp_path / "ix"), "--queries", str(tmp_path / "q.npy")])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert (tmp_path / "ix").is_dir() and not (tmp_path / ".ix.abcd1234.old").exists()
-    assert len(out.strip().splitlines()) == 1 + len(queries)  # a header and one line per query
-    code = cli.main(["predict", "-q", str(tmp_path / "none"), "--queries", str(tmp_path / "q.npy")])
-    assert code == 1 and "no index at" in capsys.readouterr().err
 
 
 def _stress_writer(path, writer, stop_at, errors):
@@ -452,15 +415,6 @@ def test_a_resave_keeps_foreign_files_and_refuses_with_a_fix(index, saved):
     AlignedIndex.load(saved)
 
 
-def test_a_format_1_index_with_foreign_files_is_refused(index, tmp_path):
-    path = tmp_path / "ix"
-    shutil.copytree(V1, path)
-    (path / "README.txt").write_text("keep me")
-    with pytest.raises(IndexPathError, match="README.txt"):
-        index.save(path)
-    assert sorted(p.name for p in path.iterdir()) == sorted([p.name for p in V1.iterdir()] + ["README.txt"])
-
-
 def test_a_directory_whose_manifest_merely_names_the_format_is_not_overwritten(index, tmp_path):
     path = tmp_path / "project"
     path.mkdir()
@@ -513,7 +467,7 @@ def test_a_refused_write_names_the_given_path_not_a_temporary_one(index, saved, 
     def refused(*args, prefix="", dir=None, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", f"{dir}/{prefix}x1y2z3w4")
 
-    monkeypatch.setattr(persistence.tempfile, "mkdtemp", refused)
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
     with pytest.raises(IndexPermissionError) as caught:
         index.save(saved)
     assert isinstance(caught.value, PermissionError)

@@ -19,7 +19,6 @@ from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.refine import refine
 from lfa_index.core.selection import (
     HORIZON,
-    N_FOLDS,
     Candidate,
     Evidence,
     Variant,
@@ -156,20 +155,20 @@ def test_a_default_fit_runs_at_most_folds_plus_one_schedules_bounded_by_the_supp
     if shots == 1:  # nothing held out: only the final run, the public code's 200 steps
         assert ran == [selection.ONE_SHOT_STEPS] and lfa.steps_ == selection.ONE_SHOT_STEPS
         return
-    assert sum(ran) <= (N_FOLDS + 1) * horizon
+    assert sum(ran) <= (RefineConfig().folds + 1) * horizon
     assert lfa.steps_ <= horizon
 
 
 def test_every_support_row_is_held_out_exactly_once_and_never_seen_by_its_fold():
     y = np.repeat(np.arange(5), 6)
     y = np.concatenate([y, [5]])  # a class with one row always trains
-    folds = support_folds(y, N_FOLDS, random_state=0)
+    folds = support_folds(y, RefineConfig().folds, random_state=0)
     held = np.concatenate([va for _, va in folds])
     assert sorted(held) == sorted(np.flatnonzero(y != 5))
     for train, val in folds:
         assert not set(train) & set(val) and 30 in train
         assert set(y[val]) == set(range(5))
-    assert support_folds(np.arange(7), N_FOLDS, random_state=0) is None
+    assert support_folds(np.arange(7), RefineConfig().folds, random_state=0) is None
 
 
 def _evidence(hits_by_candidate: dict[Candidate, np.ndarray]) -> Evidence:

@@ -30,10 +30,10 @@ from typing import Sequence
 from lfa_index import LFAIndexError, __version__
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.adapters.files import decoding_errors
+from lfa_index.errors import CLIError
 
 from . import align, classify, demo, evaluate, fit, predict, report, search
 from .console import PROG, Console, cli_warnings, offline, one_line
-from .errors import CLIError
 from .options import FORMATTER
 from .output import check_outputs
 from .readers import EMBEDDING_FILES

@@ -11,9 +11,9 @@ import argparse
 
 from lfa_index import EmbeddingAligner
 from lfa_index.adapters import ENCODER_FORMS, load_embeddings
+from lfa_index.errors import CLIError
 
 from .console import Console
-from .errors import CLIError
 from .inputs import encoder_from_args
 from .options import add_command, positive_int
 from .readers import EMBEDDING_FILES, read_texts

@@ -27,11 +27,11 @@ from lfa_index.data import (
     has_clip_set,
     load_clip_features,
 )
+from lfa_index.errors import CLIError
 from lfa_index.reporting import FewShotTask, Section, alignment_section, run_few_shot, write_report
 from lfa_index.reporting.evaluation import METHOD_LABELS, FewShotResults
 
 from .console import PROG, Console
-from .errors import CLIError
 from .options import DEFAULT_REPORT_DIR, add_command, cache_dir, positive_int
 
 DEMO_STEPS = "auto"

@@ -13,12 +13,12 @@ import numpy as np
 from lfa_index import AlignedIndex, LabelSpace
 from lfa_index.adapters import EmbeddingSource
 from lfa_index.baselines import BASELINES
+from lfa_index.errors import CLIError
 from lfa_index.files import atomic_write
 from lfa_index.reporting import FewShotTask, class_positions, format_open_set, open_set_metrics, run_few_shot
 from lfa_index.reporting.evaluation import LFA_METHOD, FewShotResults
 
 from .console import Console
-from .errors import CLIError
 from .inputs import (
     check_labels,
     class_list,

@@ -8,10 +8,10 @@ import numpy as np
 
 from lfa_index import LFA, AlignedIndex, LabelSpace
 from lfa_index.adapters import ENCODER_FORMS, VisionBackboneSource, load_embeddings
+from lfa_index.errors import CLIError
 from lfa_index.reporting import format_open_set, open_set_metrics
 
 from .console import Console
-from .errors import CLIError
 from .inputs import (
     check_labels,
     class_list,

@@ -25,11 +25,10 @@ from lfa_index.adapters import (
     make_encoder,
     prompt_ensemble,
 )
-from lfa_index.errors import CollectionNotFoundError, IndexNotFoundError, LabelError
+from lfa_index.errors import CLIError, CollectionNotFoundError, IndexNotFoundError, LabelError
 from lfa_index.stores import FaissStore, VectorStore, open_store, support_from_store
 
 from .console import PROG, Console, one_line
-from .errors import CLIError
 from .options import cache_dir
 from .readers import (
     Items,

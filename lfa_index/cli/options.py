@@ -11,10 +11,10 @@ import numpy as np
 
 from lfa_index.adapters import ENCODER_FORMS
 from lfa_index.core.estimator import PAPER_OPTIONS
+from lfa_index.errors import CLIError
 from lfa_index.index.calibration import OBJECTIVES
 from lfa_index.stores.uri import URI_FORMS
 
-from .errors import CLIError
 from .readers import EMBEDDING_FILES, LABEL_COLUMNS
 
 if TYPE_CHECKING:

@@ -7,10 +7,10 @@ import argparse
 import numpy as np
 
 from lfa_index import AlignedIndex
+from lfa_index.errors import CLIError
 from lfa_index.reporting import format_open_set, open_set_metrics
 
 from .console import Console
-from .errors import CLIError
 from .inputs import check_labels, embed_items, encoder_from_args, load_index, unembedded_queries
 from .options import (
     add_command,

@@ -14,10 +14,10 @@ import numpy as np
 
 from lfa_index import AlignedIndex, EmbeddingAligner
 from lfa_index.adapters import ENCODER_FORMS, load_embeddings, prompt_ensemble
+from lfa_index.errors import CLIError
 from lfa_index.stores import search_mapped, search_unaligned
 
 from .console import Console
-from .errors import CLIError
 from .inputs import collect_items, encoder_from_args, load_index, opened_store, query_items, use_saved_encoders
 from .options import STORE_URI_FORMS, add_command, add_force, add_query_args, positive_int
 from .output import csv_text, label_name, write_output

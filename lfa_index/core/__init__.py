@@ -1,27 +1,6 @@
 """The math of LFA: Procrustes, the ARerank loss, refinement, Sinkhorn, projection, the estimator."""
 
-from .errors import (
-    DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
-    LabelError,
-    LFAIndexError,
-    NonFiniteError,
-    ShapeError,
-    ZeroNormError,
-)
 from .estimator import LFA
 from .video import max_pool_frames
 
-__all__ = [
-    "LFA",
-    "max_pool_frames",
-    "LFAIndexError",
-    "InvalidInputError",
-    "InvalidParameterError",
-    "NonFiniteError",
-    "ZeroNormError",
-    "ShapeError",
-    "DimensionMismatchError",
-    "LabelError",
-]
+__all__ = ["LFA", "max_pool_frames"]

@@ -32,7 +32,7 @@ def row_blocks(n_rows: int, per_row: int, block: int | None = None) -> list[slic
 
 @dataclass(frozen=True)
 class RefineConfig:
-    """How one refinement run optimises the map W.
+    """How a fit refines the map W, and how the default's held-out selection uses the support.
 
     Attributes
     ----------
@@ -47,6 +47,10 @@ class RefineConfig:
         per image instead).
     momentum_start : momentum of the W_tt moving average at step 0 (paper: 0.9, rising to 1).
     precision : "float32" or "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``).
+    folds : class-stratified folds of the support that the held-out selection uses (capped at the
+        smallest class count; see :mod:`~lfa_index.core.selection`).
+    unit_rows : fit and score the support discriminant on unit aligned rows ``z/||z||`` (selection
+        and final fit). An experiment: serving still scores ``z·q + b`` (``benchmarks/unit_rows.py``).
     """
 
     lr: float = 5e-4
@@ -59,3 +63,5 @@ class RefineConfig:
     batch_fraction: float = 0.75
     momentum_start: float = 0.9
     precision: str = "float32"
+    folds: int = 3
+    unit_rows: bool = False

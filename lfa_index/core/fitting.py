@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from .beta import identity_is_informative
-from .config import BLEND_SHARE
 from .selection import Candidate, Variant
 from .supervised import Asked, Warm
 from .supervised import fit_supervised as solve_supervised
@@ -32,10 +31,10 @@ def _task_map(lfa: Any) -> np.ndarray:
 
 
 def _blend_share(lfa: Any) -> float | None:
-    """The discriminant's share in ``lfa``'s served average (½ for indexes saved before it was recorded)."""
+    """The discriminant's share in ``lfa``'s served average (None: no average)."""
     if getattr(lfa, "discriminant_weight_", None) is None:
         return None
-    return float((lfa.selection_ or {}).get("blend_share") or BLEND_SHARE)
+    return float(lfa.selection_["blend_share"])
 
 
 def fit_supervised(lfa: Any, x: torch.Tensor, labels: torch.Tensor, protos: torch.Tensor, *, seed: int,

@@ -1,15 +1,15 @@
 """Choosing the step count and LFA's options from the support set alone, within a fixed budget.
 
-**The default** (:func:`cross_fitted_evidence` then :func:`choose`). The support is cut into
-``K`` class-stratified folds. For each fold, *one* refinement run on the other folds follows the
-schedule of the final fit (``horizon`` steps, see :func:`~lfa_index.core.refine.refine`), and at
-every checkpoint (0, 25, 50, ... steps) every classifier the run can serve is scored on the
-held-out fold: the task map or the average of the two maps, times every prototype mix λ (see
-:mod:`~lfa_index.core.prototypes`). Every support row is thus held out exactly once, and a whole
-grid of (steps, map, λ) candidates costs ``K`` runs of ``(K−1)/K`` of the rows. The final fit
-replays the same schedule on all rows and stops at the chosen step, so each candidate was scored
-as the final fit will produce it. Variants that need runs of their own (centred rows, prototypes
-trained with W) add ``K`` runs each, only when asked for.
+**The default** (:func:`cross_fitted_evidence` then :func:`choose`). The support is cut into ``K``
+class-stratified folds (:attr:`RefineConfig.folds`). For each fold, *one* refinement run on the
+other folds follows the schedule of the final fit (``horizon`` steps, see
+:func:`~lfa_index.core.refine.refine`), and at every checkpoint (0, 25, 50, ... steps) every
+classifier the run can serve is scored on the held-out fold: the task map or the average of the two
+maps, times every prototype mix λ (see :mod:`~lfa_index.core.prototypes`). Every support row is thus
+held out exactly once, and a whole grid of (steps, map, λ) candidates costs ``K`` runs of
+``(K−1)/K`` of the rows. The final fit replays the same schedule on all rows and stops at the chosen
+step, so each candidate was scored as the final fit will produce it. Variants that need runs of
+their own (centred rows, prototypes trained with W) add ``K`` runs each, only when asked for.
 
 **Stable choices** (:func:`choose`). Held-out accuracy is noisy, so a candidate is scored by the
 mean hits of its neighbourhood on the (steps, λ) grid (neighbouring checkpoints and mixes change
@@ -67,7 +67,6 @@ from .refine import Progress, refine
 
 HORIZON = 150
 CHECKPOINT_EVERY = 25
-N_FOLDS = 3
 # Without refinement the folds cost one SVD each: more of them (training on 7/8 of the support,
 # closer to the final fit) and repeats that average their noise.
 CLOSED_FORM_FOLDS = 8
@@ -218,28 +217,34 @@ def map_for(W: torch.Tensor, W_tt: torch.Tensor, mapping: str) -> torch.Tensor:
     return W if mapping == "task" else (W + W_tt) / 2
 
 
+def unit(rows: torch.Tensor, unit_rows: bool) -> torch.Tensor:
+    """``rows`` L2-normalised when ``unit_rows`` (:attr:`RefineConfig.unit_rows`), else as they are."""
+    return F.normalize(rows, dim=1) if unit_rows else rows
+
+
 def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
-               support_kind: str, support: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+               support_kind: str, support: tuple | None = None, *, unit_rows: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Class vectors and biases of the hybrid with weight ``mix`` (``base`` alone at λ = 0)."""
     if mix <= 0:
         return base, None
     if support is None:
-        support = support_prototypes(aligned_support, labels, base.shape[0], support_kind)
+        support = support_prototypes(unit(aligned_support, unit_rows), labels, base.shape[0], support_kind)
     return hybrid_prototypes(base, *support, mix)
 
 
 def served_classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
-                      support_kind: str, *, share: float | None
+                      support_kind: str, *, share: float | None, unit_rows: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None, float | None]:
     """:func:`classifier`, then (``share`` not None) its average with the discriminant alone.
 
     ``share`` is the discriminant's share of the standardised scores. Returns ``(q, b, w)``:
     ``w`` is the discriminant's weight in the average (None without one).
     """
-    vectors, bias = classifier(aligned_support, labels, base, mix, support_kind)
+    vectors, bias = classifier(aligned_support, labels, base, mix, support_kind, unit_rows=unit_rows)
     if share is None:
         return vectors, bias, None
-    discriminant = classifier(aligned_support, labels, base, 1.0, "discriminant")
+    discriminant = classifier(aligned_support, labels, base, 1.0, "discriminant", unit_rows=unit_rows)
     return blend_with_discriminant(aligned_support, (vectors, bias), discriminant, share)
 
 
@@ -267,6 +272,7 @@ def cross_fitted_evidence(
     """
     y = labels.cpu().numpy()
     device = labels.device
+    unit_rows = config.unit_rows
     candidates = [Candidate(v, s, m, float(mix), kind) for v in rows for s in checkpoints for m in mappings
                   for kind in kinds for mix in mixes]
     slot = {c: i for i, c in enumerate(candidates)}
@@ -292,12 +298,14 @@ def cross_fitted_evidence(
                         w = map_for(W, W_tt, mapping)
                         aligned_train, aligned_val = z_train @ w, z_val @ w
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
-                        supports = {kind: support_prototypes(aligned_train, y_train, prototypes.shape[0], kind)
+                        supports = {kind: support_prototypes(unit(aligned_train, unit_rows), y_train,
+                                                             prototypes.shape[0], kind)
                                     for kind in kinds if any(mix > 0 for mix in mixes)}
                         discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
-                                                  supports.get("discriminant")) if blend else None
+                                                  supports.get("discriminant"), unit_rows=unit_rows) if blend else None
                         discriminant_spread = float(score_spread(aligned_train, *discriminant)) if blend else 0.0
-                        hybrids = {(kind, mix): classifier(aligned_train, y_train, base, mix, kind, supports.get(kind))
+                        hybrids = {(kind, mix): classifier(aligned_train, y_train, base, mix, kind, supports.get(kind),
+                                                           unit_rows=unit_rows)
                                    for kind in kinds for mix in mixes}
                         # scores are linear in (q, b): the served average scores as the average of scores
                         weights = {key: {share: blend_weight(float(score_spread(aligned_train, *hybrid)),
@@ -305,10 +313,11 @@ def cross_fitted_evidence(
                                    for key, hybrid in hybrids.items()} if blend else {}
                         for block in row_blocks(len(val_idx), prototypes.shape[0]):  # (rows, classes) in blocks
                             rows, truth = val_idx[block], y_val[block]
-                            discriminant_val = class_scores(aligned_val[block], *discriminant) if blend else None
+                            scored = unit(aligned_val[block], unit_rows)
+                            discriminant_val = class_scores(scored, *discriminant) if blend else None
                             for (kind, mix), hybrid in hybrids.items():
                                 row = slot[Candidate(variant, step, mapping, float(mix), kind)]
-                                hybrid_val = class_scores(aligned_val[block], *hybrid)
+                                hybrid_val = class_scores(scored, *hybrid)
                                 best, predicted = hybrid_val.max(dim=1)
                                 hits[row, rows] = predicted.eq(truth).cpu().numpy()
                                 best_scores[row, rows] = (best / norms[block]).cpu().numpy()

@@ -174,8 +174,6 @@ class AlignedClassifierMixin:
         fitted.classes_ = np.asarray(values["classes_"])
         if fitted.step_trials_ is not None:
             fitted.step_trials_ = [tuple(t) for t in fitted.step_trials_]
-        if fitted.W_ema_ is None:  # saved before W_ema_ existed: W_tt_ was the moving average
-            fitted.W_ema_ = fitted.W_tt_
         return fitted
 
 

@@ -24,7 +24,6 @@ from .refine import Progress, fused_adamw_supported, refine
 from .selection import (
     CLOSED_FORM_FOLDS,
     CLOSED_FORM_REPEATS,
-    N_FOLDS,
     ONE_SHOT_MIX,
     ONE_SHOT_STEPS,
     PAPER_CHECKPOINTS,
@@ -167,7 +166,7 @@ def fit_supervised(
                     asked.refines[0] if len(asked.refines) == 1 else False)
     variants = {Variant(c, r): rows[c][0] for c in asked.centers if c in rows for r in asked.refines}
     y_np = labels.cpu().numpy()
-    folds = support_folds(y_np, N_FOLDS, seed)
+    folds = support_folds(y_np, config.folds, seed)
 
     selection: Selection | None = None
     step_trials: list[tuple[int, float, float]] | None = None
@@ -229,7 +228,7 @@ def fit_supervised(
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
     share = None if selection is None else selection.blend_share  # set by choose() when asked.blend, or kept warm
     vectors, bias, weight = served_classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind,
-                                              share=share)
+                                              share=share, unit_rows=config.unit_rows)
     if bias is None:
         bias = torch.zeros(n_classes, dtype=prototypes.dtype, device=device)
 

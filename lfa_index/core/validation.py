@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import (
+from ..errors import (
     InputTypeError,
     InvalidInputError,
     InvalidParameterError,

@@ -8,7 +8,7 @@
 ``corpus``     the aligned image corpus with its read/write lock
 ``device``     FAISS placement (GPU)
 ``export``     what a fitted index hands to other stores (folded prototypes, prepared queries, maps)
-``format``     what the index saves and loads (``legacy``: formats 1 and 2)
+``format``     what the index saves and loads
 ``validation`` inputs at the public boundary (queries, added prototypes, partial_fit rows)
 ``aligned_index``  the :class:`AlignedIndex` estimator that composes them
 ``aligner``    :class:`EmbeddingAligner`: a new encoder's queries in an old encoder's space (``aligner_format``)

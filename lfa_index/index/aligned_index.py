@@ -102,10 +102,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         corpus_factory: str = "Flat",
         corpus_params: str | None = None,
         corpus_mapping: Mapping = "task",
-        **lfa_options: Any,
     ):
-        if lfa_options:  # AlignedIndex(steps=100) was the API before the index owned an estimator
-            raise _keyword_error(lfa_options)
         self.lfa = lfa
         self.corpus_factory = corpus_factory
         self.corpus_params = corpus_params
@@ -500,16 +497,3 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
         return check_text_matrix(text_emb, name=name, dim=self._snapshot().text_embeddings.shape[1])
 
-
-def _keyword_error(options: dict[str, Any]) -> InvalidParameterError:
-    known = set(LFA().get_params())
-    unknown = sorted(set(options) - known)
-    if unknown:
-        return InvalidParameterError(
-            f"unknown option(s) {unknown}; AlignedIndex takes lfa, corpus_factory, corpus_params and corpus_mapping "
-            "(the LFA options go in lfa=LFA(...))."
-        )
-    args = ", ".join(f"{name}={value!r}" for name, value in options.items())
-    return InvalidParameterError(
-        f"AlignedIndex owns an LFA estimator: pass AlignedIndex(lfa=LFA({args})) instead of AlignedIndex({args})."
-    )

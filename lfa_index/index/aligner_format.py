@@ -54,12 +54,12 @@ def load_aligner(cls: type, path: str | Path) -> Any:
     with blame(params_file):
         doc = documents[PARAMS_FILE]
         version = doc["aligner_format"]
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ValueError(f"aligner_format must be a positive integer, got {version!r}")
-        if version > ALIGNER_FORMAT:
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError(f"aligner_format must be an integer, got {version!r}")
+        if version != ALIGNER_FORMAT:
             raise IndexVersionError(
-                f"{params_file} was written with aligner format {version}, but this library reads formats up to "
-                f"{ALIGNER_FORMAT}; upgrade lfa-index to load it."
+                f"{params_file} was written with aligner format {version}, but this library reads only format "
+                f"{ALIGNER_FORMAT}: re-fit the aligner and re-save it with this lfa-index."
             )
         aligner = cls(**doc["params"])
         state = doc["state"]

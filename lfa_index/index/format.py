@@ -1,12 +1,12 @@
 """What an AlignedIndex saves and loads, and the checks a loaded index must pass.
 
-Index format 3 (``"index_format"`` in ``params.json``) saves only what the index adds to its LFA
+Index format 1 (``"index_format"`` in ``params.json``) saves only what the index adds to its LFA
 estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fitted_state``):
 
 ``params.json``         ``index_format``; the constructor ``params`` (the ``lfa`` estimator's
                         parameters or null); ``label_space`` and ``class_names``; ``lfa``:
                         ``{"params", "state"}`` of the fitted estimator; ``corpus``:
-                        ``{"mapping", "next_id"}`` or null; ``serving`` (optional):
+                        ``{"mapping", "next_id"}`` or null; ``serving``:
                         ``{"reject_below": τ or null, "encoders": {"document", "name"}}``, the
                         threshold and encoder SPECs kept with the index.
 ``arrays.safetensors``  ``lfa.<name>``: the estimator's fitted arrays; ``text_embeddings`` (C, d_txt),
@@ -15,7 +15,7 @@ estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fit
                         set, and the corpus map ``corpus_query_map`` / ``corpus_query_offset``.
 ``corpus.faiss``        the aligned corpus (an ``IndexIDMap2``), when there is one.
 
-Formats 1 and 2 (written before ``index_format`` existed) are upgraded on load by :mod:`.legacy`.
+An index of any other format is refused with :class:`~lfa_index.errors.IndexVersionError` (re-fit and re-save).
 The directory itself (manifest, checksums, atomic replace) is :mod:`lfa_index.persistence`'s.
 Every inconsistency found on load raises :class:`~lfa_index.errors.IndexFormatError` naming the file.
 """
@@ -34,13 +34,12 @@ from .. import persistence
 from ..core import LFA
 from ..core.validation import validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
-from . import legacy
 from .classes import ClassTable, class_vectors, group_masks
 from .corpus import ID_LIMIT
 from .labels import LabelSpace
 from .maps import QueryMap, check_lfa, check_mapping, query_maps
 
-INDEX_FORMAT = 3
+INDEX_FORMAT = 1
 KIND = "aligned-index"
 PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE = "params.json", "arrays.safetensors", "corpus.faiss"
 LFA_PREFIX = "lfa."
@@ -109,11 +108,12 @@ def save_index(
 
 # ------------------------------------------------------------------ reading
 def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
-    """Read and check an index directory of any format; ``device`` overrides the LFA's ``device``."""
+    """Read and check an index directory; ``device`` overrides the LFA's ``device``."""
     documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
     params_file, arrays_file, corpus_file = (part(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
     with blame(params_file):
-        doc, arr = _upgraded(documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {}), params_file)
+        doc, arr = documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {})
+        _check_format(doc, params_file)
         lfa_params = {**doc["lfa"]["params"], **({} if device is None else {"device": device})}
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
         lfa = LFA.from_fitted_state(lfa_params, doc["lfa"]["state"], lfa_arrays)
@@ -139,7 +139,7 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         files = (params_file, arrays_file, corpus_file)
         corpus = _corpus(corpus_doc, arr, indexes.get(CORPUS_FILE), lfa.n_features_in_, files)
     with blame(params_file):
-        reject_below, encoders = _serving(doc.get("serving") or {})
+        reject_below, encoders = _serving(doc["serving"])
     return SavedIndex(
         params, lfa, labels, classes["prototypes"], classes["intercept"], classes["is_new"], classes["text"],
         classes["maps"], classes["folded"], support, support_labels, corpus, reject_below, encoders,
@@ -197,18 +197,15 @@ def _serving(doc: Any) -> tuple[float | None, dict[str, str | None]]:
     return (None if tau is None else float(tau)), {**NO_ENCODERS, **encoders}
 
 
-def _upgraded(doc: Any, arrays: dict[str, np.ndarray], file: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    version = doc.get("index_format")
-    if version is None:  # formats 1 and 2
-        return legacy.upgrade(doc, arrays)
-    if isinstance(version, bool) or not isinstance(version, int) or version < INDEX_FORMAT:
-        raise ValueError(f"index_format must be an integer from {INDEX_FORMAT}, got {version!r}")
-    if version > INDEX_FORMAT:
+def _check_format(doc: dict[str, Any], file: str) -> None:
+    version = doc["index_format"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError(f"index_format must be an integer, got {version!r}")
+    if version != INDEX_FORMAT:
         raise IndexVersionError(
-            f"{file} was written with index format {version}, but this library reads formats up to "
-            f"{INDEX_FORMAT}; upgrade lfa-index to load it."
+            f"{file} was written with index format {version}, but this library reads only format {INDEX_FORMAT}: "
+            "re-fit the index and re-save it with this lfa-index."
         )
-    return doc, arrays
 
 
 def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:

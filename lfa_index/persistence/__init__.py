@@ -1,6 +1,6 @@
 """Index directories on disk: JSON documents, safetensors arrays and FAISS indexes, with a manifest.
 
-Layout (format version 3)::
+Layout (format version 1)::
 
     my_index/
       manifest.json        format, kind, versions, the data folder, and the sha256 and size of every file
@@ -10,9 +10,8 @@ Layout (format version 3)::
 A save writes a new ``data-*`` folder, replaces ``manifest.json`` with ``os.replace`` (the commit)
 and then removes the previous folder. A reader therefore sees the old or the new index, never a
 mix; a crash at any step leaves one complete index, and the next save removes what the crashed one
-left behind. Versions 1 and 2 kept the files beside ``manifest.json``: they still load, and the
-next save converts them. A save never deletes a file that lfa-index did not write. Nothing is
-ever pickled.
+left behind. A directory of another format version is refused (:class:`~lfa_index.errors.IndexVersionError`:
+re-fit and re-save). A save never deletes a file that lfa-index did not write. Nothing is ever pickled.
 
 One job per module:
 
@@ -30,35 +29,8 @@ Example
 
 from __future__ import annotations
 
-# The modules the writer calls through, importable from here as before (tests patch them).
-import tempfile as tempfile
-
-import faiss as faiss
-
-from ..errors import (  # IndexFormatError & co.: also importable from here, as before
-    IndexFormatError,
-    IndexNotFoundError,
-    IndexPathError,
-    IndexPermissionError,
-    IndexVersionError,
-    LFAIndexError,
-)
 from .layout import FORMAT_NAME, FORMAT_VERSION, LOCK_FILE, MANIFEST
-from .layout import _sha256 as _sha256
 from .reader import read_index_dir
 from .writer import write_index_dir
 
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "LOCK_FILE",
-    "MANIFEST",
-    "IndexFormatError",
-    "IndexNotFoundError",
-    "IndexPathError",
-    "IndexPermissionError",
-    "IndexVersionError",
-    "LFAIndexError",
-    "read_index_dir",
-    "write_index_dir",
-]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST", "read_index_dir", "write_index_dir"]

@@ -2,9 +2,7 @@
 
 A file is durable once it and its directory are fsync'ed; ``manifest.json`` is replaced with
 ``os.replace`` from a temporary file beside it, which is the commit of a save. What a crashed save
-leaves behind is removed by the next one (:func:`_remove_entries`); folders that lfa-index <= 0.1
-left beside the target (``.NAME.XXXXXXXX.tmp/.old``) are removed or, for a moved-aside index,
-moved back (:func:`_restore_moved_index`).
+leaves behind is removed by the next one (:func:`_remove_entries`).
 
 Example
 -------
@@ -17,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -25,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import IndexPathError
-from .layout import _SUFFIXES, LOCK_FILE, MANIFEST
+from .layout import LOCK_FILE
 
 try:
     import fcntl
@@ -100,7 +97,7 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
             raise IndexPathError(f"{lock} is a symbolic link; remove it (lfa-index writes a plain file).") from err
         if exclusive:
             raise
-        yield False  # no lock file (format 1-2, or a read-only copy): nobody saves here with locks
+        yield False  # no lock file (e.g. a copied index): nobody saves here with locks
         return
     try:
         try:
@@ -130,45 +127,3 @@ def _remove_entries(root: Path, names: list[str], *, young_too: bool) -> None:
     if names:
         _fsync_dir(root)
 
-
-def _sibling_leftovers(target: Path) -> list[Path]:
-    """Folders that lfa-index <= 0.1 left beside ``target`` when a save crashed (``.NAME.XXXXXXXX.tmp/.old``)."""
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.(tmp|old)")
-    try:
-        names = os.listdir(target.parent)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        entry = target.parent / name
-        if not pattern.fullmatch(name) or entry.is_symlink() or not entry.is_dir():
-            continue
-        try:
-            parts = os.listdir(entry)
-        except OSError:
-            continue
-        if all(p == MANIFEST or (Path(p).suffix in _SUFFIXES and (entry / p).is_file()) for p in parts):
-            found.append(entry)
-    return found
-
-
-def _remove_sibling_leftovers(target: Path) -> None:
-    for entry in _sibling_leftovers(target):
-        shutil.rmtree(entry, ignore_errors=True)
-
-
-def _restore_moved_index(target: Path) -> Path | None:
-    """Where an index lies that lfa-index <= 0.1 moved aside (``.NAME.XXXXXXXX.old``) and crashed.
-
-    It is moved back to ``target`` when possible, else read where it is.
-    """
-    moved = [p for p in _sibling_leftovers(target) if p.name.endswith(".old") and (p / MANIFEST).is_file()]
-    if not moved:
-        return None
-    newest = max(moved, key=lambda p: p.stat().st_mtime_ns)
-    try:
-        os.rename(newest, target)
-    except OSError:
-        return target if target.is_dir() else newest
-    _fsync_dir(target.parent)
-    return target

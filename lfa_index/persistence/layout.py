@@ -1,9 +1,8 @@
 """The on-disk format of an index directory: its names, the manifest and what a target directory holds.
 
-``manifest.json`` (format 3) holds ``format``, ``kind``, ``format_version``, ``library_version``,
-``data`` (the ``data-XXXXXXXX`` folder of the current files), ``files`` (the sha256 and size of
-each) and ``legacy_files`` (files of a format 1-2 index not yet removed). Formats 1 and 2 kept the
-files beside the manifest, which named them in ``files``.
+``manifest.json`` holds ``format``, ``kind``, ``format_version``, ``library_version``, ``data``
+(the ``data-XXXXXXXX`` folder of the current files) and ``files`` (the sha256 and size of each).
+A directory of any other format version is refused with :class:`IndexVersionError`.
 
 Example
 -------
@@ -26,9 +25,7 @@ from typing import Any
 from ..errors import IndexFormatError, IndexPathError, IndexVersionError
 
 FORMAT_NAME = "lfa-index"
-# 3: the files sit in a data-* folder named by the manifest; 2: class biases, centring, hybrid and
-# text prototypes. 1 and 2 still load.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 LOCK_FILE = ".lfa-index.lock"
 _SUFFIXES = {".json": "json", ".safetensors": "safetensors", ".faiss": "faiss"}
@@ -41,8 +38,7 @@ _MANIFEST_TMP = re.compile(r"\.manifest\.json\.[a-z0-9_]{8}\.tmp")  # tempfile.m
 class _State:
     """What a target directory holds, by lfa-index's own names."""
 
-    data: str | None = None  # data folder of the current (format 3) index
-    legacy: list[str] = field(default_factory=list)  # files of a format 1-2 index, or not yet removed
+    data: str | None = None  # data folder of the current index
     stale: list[str] = field(default_factory=list)  # data folders and manifest copies of crashed saves
 
 
@@ -74,11 +70,7 @@ def _inspect(target: Path, given: Path, kind: str) -> _State:
     ours = {LOCK_FILE}
     if manifest is not None:
         ours.add(MANIFEST)
-        if manifest["format_version"] >= 3:
-            state.data = manifest["data"]
-            state.legacy = list(manifest.get("legacy_files", []))
-        else:
-            state.legacy = list(manifest["files"])
+        state.data = manifest["data"]
     foreign = []
     for name in entries:
         try:
@@ -91,7 +83,7 @@ def _inspect(target: Path, given: Path, kind: str) -> _State:
                 f"{given / name} is not a plain file (a symbolic link or a folder); lfa-index writes only plain "
                 f"files there. Remove it, or save to another path."
             )
-        if name in ours or (name == state.data and plain_dir) or (name in state.legacy and plain_file):
+        if name in ours or (name == state.data and plain_dir):
             continue
         if (_DATA_DIR.fullmatch(name) and plain_dir) or (_MANIFEST_TMP.fullmatch(name) and plain_file):
             state.stale.append(name)
@@ -120,14 +112,11 @@ def _own_manifest(root: Path, given: Path) -> dict[str, Any] | None:
         return _parse_manifest(root, raw)
     except IndexVersionError as err:
         raise IndexPathError(
-            f"{given} holds an index written by a newer lfa-index ({err}); upgrade lfa-index, or save to another path."
+            f"{given} holds an index of another on-disk format ({err}); save to another path, or remove that "
+            "directory first."
         ) from err
     except IndexFormatError:
         return None
-
-
-def _is_plain_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
 
 
 def _listing(names: list[str], limit: int = 5) -> str:
@@ -149,13 +138,13 @@ def _parse_manifest(root: Path, raw: bytes, kind: str | None = None) -> dict[str
             f"{root} holds a foreign {MANIFEST}, not an lfa-index; pass a directory written by save()."
         )
     version = manifest.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool):
         raise IndexFormatError(f"{manifest_path} has an invalid format_version {version!r}; re-save the index.")
-    if version > FORMAT_VERSION:
+    if version != FORMAT_VERSION:
         raise IndexVersionError(
             f"{root} was written with on-disk format version {version} (lfa-index "
-            f"{manifest.get('library_version', '?')}), but this library reads versions up to {FORMAT_VERSION}; "
-            "upgrade lfa-index to load it."
+            f"{manifest.get('library_version', '?')}), but this library reads only version {FORMAT_VERSION}: "
+            "re-fit the model and re-save it with this lfa-index (or load it with the lfa-index that wrote it)."
         )
     if kind is not None and manifest.get("kind") != kind:
         raise IndexFormatError(f"{root} holds an lfa-index of kind {manifest.get('kind')!r}, not {kind!r}.")
@@ -169,12 +158,9 @@ def _parse_manifest(root: Path, raw: bytes, kind: str | None = None) -> dict[str
             or not isinstance(entry.get("bytes"), int)
         ):
             raise IndexFormatError(f"{manifest_path} has an invalid entry for {name!r}; re-save the index.")
-    if version >= 3:
-        data, legacy = manifest.get("data"), manifest.get("legacy_files", [])
-        if not isinstance(data, str) or not _DATA_DIR.fullmatch(data):
-            raise IndexFormatError(f"{manifest_path} names an invalid data folder {data!r}; re-save the index.")
-        if not isinstance(legacy, list) or not all(_is_part_name(name) for name in legacy):
-            raise IndexFormatError(f"{manifest_path} has an invalid legacy_files list; re-save the index.")
+    data = manifest.get("data")
+    if not isinstance(data, str) or not _DATA_DIR.fullmatch(data):
+        raise IndexFormatError(f"{manifest_path} names an invalid data folder {data!r}; re-save the index.")
     return manifest
 
 

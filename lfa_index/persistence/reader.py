@@ -22,7 +22,7 @@ from safetensors.numpy import load_file
 
 from ..errors import IndexFormatError, IndexNotFoundError, LFAIndexError
 from ..faiss_files import faiss_layout
-from .atomic import _locked, _restore_moved_index
+from .atomic import _locked
 from .layout import _SUFFIXES, MANIFEST, _parse_manifest, _sha256
 
 _READ_ATTEMPTS = 4  # lock-free reads before a reader takes the shared lock
@@ -43,15 +43,14 @@ def read_index_dir(
 
     Returns ``(documents, arrays, faiss_indexes)`` keyed by file name. Raises
     :class:`IndexFormatError` for a missing, foreign, corrupted or truncated directory and
-    :class:`IndexVersionError` for one written by a newer format version. A save that commits
+    :class:`IndexVersionError` for one written in another format version. A save that commits
     while the read is under way makes the read start over, so it returns one complete index.
     """
-    given = Path(path)
-    root = given if given.exists() else (_restore_moved_index(given) or given)
+    root = Path(path)
     if not root.exists():
-        raise IndexNotFoundError(f"no index directory at {given}; pass the directory given to save().")
+        raise IndexNotFoundError(f"no index directory at {root}; pass the directory given to save().")
     if not root.is_dir():
-        raise IndexFormatError(f"{given} is a file, not an index directory; pass the directory given to save().")
+        raise IndexFormatError(f"{root} is a file, not an index directory; pass the directory given to save().")
     for _ in range(_READ_ATTEMPTS):
         try:
             return _read_once(root, kind)
@@ -63,7 +62,7 @@ def read_index_dir(
         except _IndexChanged as changed:  # saves without locks keep committing: give up
             if isinstance(changed.error, LFAIndexError):
                 raise changed.error from None
-            raise IndexFormatError(f"{given} kept changing while it was read ({changed.error}); retry.") from None
+            raise IndexFormatError(f"{root} kept changing while it was read ({changed.error}); retry.") from None
 
 
 def _read_once(
@@ -79,7 +78,7 @@ def _read_once(
     except OSError as err:
         raise IndexFormatError(f"{manifest_path} cannot be read ({err.strerror or err}).") from err
     manifest = _parse_manifest(root, raw, kind)
-    folder = root / manifest["data"] if manifest["format_version"] >= 3 else root
+    folder = root / manifest["data"]
     try:
         if folder.is_symlink():  # save refuses links inside an index: so does load
             raise IndexFormatError(

@@ -27,7 +27,6 @@ from .atomic import (
     _fsync_dir,
     _locked,
     _remove_entries,
-    _remove_sibling_leftovers,
     _replace_file,
     _write_bytes,
 )
@@ -38,7 +37,6 @@ from .layout import (
     _checked_name,
     _committed_data,
     _inspect,
-    _is_plain_file,
     _library_version,
     _sha256,
 )
@@ -72,7 +70,6 @@ def write_index_dir(
             data = Path(tempfile.mkdtemp(prefix="data-", dir=target))
             try:
                 files = _write_parts(data, documents, arrays, faiss_indexes)
-                legacy = sorted(name for name in state.legacy if _is_plain_file(target / name))
                 manifest = {
                     "format": FORMAT_NAME,
                     "kind": kind,
@@ -80,7 +77,6 @@ def write_index_dir(
                     "library_version": _library_version(),
                     "data": data.name,
                     "files": files,
-                    "legacy_files": legacy,
                 }
                 _replace_file(target / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
             except BaseException:
@@ -89,8 +85,7 @@ def write_index_dir(
                 raise
             # Committed: what the previous index used is garbage now (a crash here is cleaned next time).
             previous = [state.data] if state.data and state.data != data.name else []
-            _remove_entries(target, previous + legacy, young_too=True)
-    _remove_sibling_leftovers(target)
+            _remove_entries(target, previous, young_too=True)
     return given
 
 
