@@ -32,7 +32,7 @@ from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin
 from .targets import encode_targets
-from .validation import Interval, check_embeddings, validate_params
+from .validation import Interval, check_embeddings, fit_or_restore, validate_params
 
 _DEFAULT = RefineConfig()
 PROJECTIONS = ("auto", "widen", "shrink", False)
@@ -366,13 +366,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
         A fit that raises leaves the estimator as it was (a fitted one keeps answering as before).
         """
-        state = dict(self.__dict__)
-        try:
-            return self._fit(X, y, prototypes, classes)
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(state)
-            raise
+        return fit_or_restore(self, self._fit, X, y, prototypes, classes)
 
     def _fit(self, X: Any, y: Any, prototypes: Any, classes: Any) -> "LFA":
         started = time.perf_counter()

@@ -18,7 +18,7 @@ from ..arrays import CHUNK_ROWS, l2_normalize
 from ..compat import BaseEstimator, TransformerMixin
 from ..core import LFA
 from ..core.config import RefineConfig
-from ..core.validation import Interval, check_embeddings, validate_params
+from ..core.validation import Interval, check_embeddings, fit_or_restore, validate_params
 from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError
 
 _DEFAULT = RefineConfig()
@@ -166,13 +166,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
         A fit that raises leaves the estimator as it was.
         """
-        state = dict(self.__dict__)
-        try:
-            return self._fit(X_new, X_old, paired, queries)
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(state)
-            raise
+        return fit_or_restore(self, self._fit, X_new, X_old, paired, queries)
 
     def _fit(self, X_new: Any, X_old: Any, paired: Any, queries: Any) -> "EmbeddingAligner":
         started = time.perf_counter()
