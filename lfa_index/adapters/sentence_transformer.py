@@ -198,7 +198,7 @@ class SentenceTransformerSource(BaseSource):
 def _loaded_from(model: Any) -> str:
     """Where a loaded model came from (hub name or folder), for its name; else its class name."""
     try:
-        origin = model[0].auto_model.config._name_or_path
+        origin = model[0].auto_model.config.name_or_path
     except (AttributeError, IndexError, KeyError, TypeError):
         origin = None
     return origin if isinstance(origin, str) and origin else f"{type(model).__name__}-in-memory"

@@ -98,7 +98,7 @@ def refine(
         ``prototypes`` are the L2-normalised trained prototypes, or None.
     """
     horizon = steps if horizon is None else max(int(horizon), int(steps))
-    run = _Refinement(w_init, x, labels, prototypes, steps=steps, horizon=horizon, config=config,
+    run = Refinement(w_init, x, labels, prototypes, steps=steps, horizon=horizon, config=config,
                       w_tt_init=w_tt_init, train_prototypes=train_prototypes)
     use_graph = (x.device.type == "cuda" if cuda_graph is None else cuda_graph) and not train_prototypes
     if use_graph and x.device.type == "cuda" and steps > _GRAPH_WARMUP:
@@ -154,7 +154,7 @@ def fused_adamw_supported(device: torch.device) -> bool:
 _GRAPH_WARMUP = 3  # eager steps on a side stream before capture, as the CUDA-graph docs ask
 
 
-class _Refinement:
+class Refinement:
     """One refinement run: its state, its batch draw and its step, run eagerly or as a CUDA graph."""
 
     def __init__(self, w_init, x, labels, prototypes, *, steps: int, horizon: int, config: RefineConfig,
@@ -251,7 +251,7 @@ class _Refinement:
         return self._result()
 
     # ------------------------------------------------------------------ CUDA graph
-    def _graph_step(self, opt, ema_weight) -> torch.Tensor:
+    def graph_step(self, opt, ema_weight) -> torch.Tensor:
         """A branch-free step (coin flips as tensors), so one captured graph serves every step."""
         batch, batch_labels = self._draw_batch(None)
         flips = torch.rand(2, device=batch.device) < 0.5
@@ -288,7 +288,7 @@ class _Refinement:
                     ema_weight.fill_(1.0 - self._momentum(step))
                     if warm:
                         opt.zero_grad(set_to_none=True)
-                        loss = self._graph_step(opt, ema_weight)
+                        loss = self.graph_step(opt, ema_weight)
                 if warm:
                     current.wait_stream(side)
                 else:
@@ -296,7 +296,7 @@ class _Refinement:
                         graph = torch.cuda.CUDAGraph()
                         opt.zero_grad(set_to_none=True)
                         with torch.cuda.graph(graph):
-                            loss = self._graph_step(opt, ema_weight)
+                            loss = self.graph_step(opt, ema_weight)
                     graph.replay()
                 self.losses[step].copy_(loss)
                 if callback is not None:

@@ -39,7 +39,7 @@ from .validation import check_more_support, check_query_matrix, check_raw_rows, 
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
-    return property(lambda self: read(self._snapshot()), doc=doc)
+    return property(lambda self: read(self.class_table_), doc=doc)
 
 
 class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
@@ -190,7 +190,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def predict(self, X: Any, reject_below: float | None = None) -> np.ndarray:
         """Label of the nearest class (n,); with ``reject_below=τ`` queries whose :meth:`score_samples`
         is below τ get ``unknown_label_`` (see :meth:`rejection_threshold`)."""
-        table = self._snapshot()
+        table = self.class_table_
         x = self._check_queries(X)
         if reject_below is None:
             return table.labels.labels(nearest_classes(table, x))
@@ -210,7 +210,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
         >>> roc_auc_score(is_known, index.score_samples(queries))
         """
-        table = self._snapshot()
+        table = self.class_table_
         x = self._check_queries(X)
         return self._novelty_score(table).score(x, search_classes(table, x, 1)[0][:, 0])
 
@@ -254,13 +254,13 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def search(self, X: Any, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` classes of each query: ``(aligned scores, labels)``, each (n, min(k, C)), best first."""
         check_number(k, "k", low=1, integer=True)
-        table = self._snapshot()
+        table = self.class_table_
         scores, positions = search_classes(table, self._check_queries(X), int(k))
         return scores, table.labels.labels(positions)
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Aligned score of each query for each class, (n, C), columns in ``classes_`` order."""
-        table = self._snapshot()
+        table = self.class_table_
         return table.decision_function(self._check_queries(X))
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -300,9 +300,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
                     f"objective={objective!r} and y_val need validation rows: pass X_val (with y_val and "
                     "unknown_label for out-of-scope rows)."
                 )
-            table = self._snapshot()
+            table = self.class_table_
             return quantile_threshold(self._novelty_score(table).heldout, accept_rate)
-        table = self._snapshot()
+        table = self.class_table_
         x = self._check_queries(X_val, name="X_val")
         best, positions = search_classes(table, x, 1)
         scores = self._novelty_score(table).score(x, best[:, 0])
@@ -347,7 +347,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """Add image embeddings (N, d_in) to the aligned corpus. ``ids``: distinct non-negative int64,
         default consecutive after the largest id held. A factory that needs training is trained on
         the first call's images (a seeded sample of at most max(262144, 256 · nlist))."""
-        table = self._snapshot()
+        table = self.class_table_
         x = self._check_queries(img_emb, name="img_emb")
         with self._lock:
             if self._corpus is None:
@@ -384,11 +384,11 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """
         check_number(k, "k", low=1, integer=True)
         check_number(overfetch, "overfetch", low=1, integer=True)
-        check_raw_index(index, self._snapshot().n_features)
+        check_raw_index(index, self.class_table_.n_features)
         # the shape of ``vectors`` now, the values of the candidate rows only: a corpus is not re-read per call
-        raw = None if vectors is None else check_raw_rows(vectors, dim=self._snapshot().n_features)
+        raw = None if vectors is None else check_raw_rows(vectors, dim=self.class_table_.n_features)
         text = self.transform_text(q_text, "q_text")
-        query_map = self._map(self.corpus_mapping)
+        query_map = self.class_table_.query_map(self.corpus_mapping)
         fetch = min(int(k) * int(overfetch), int(index.ntotal))
         _, candidates = index.search(folding.unalign_queries(text, query_map.matrix), fetch)
 
@@ -465,12 +465,12 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
     def _check_fitted(self) -> None:
         if self._table is None:
-            raise NotFittedError(
-                "this AlignedIndex is not fitted yet; call fit(img_emb, labels, text_emb) or AlignedIndex.load(path) "
-                "first."
-            )
+            raise NotFittedError("this AlignedIndex is not fitted yet; call fit(img_emb, labels, text_emb) or "
+                                 "AlignedIndex.load(path) first.")
 
-    def _snapshot(self) -> ClassTable:
+    @property
+    def class_table_(self) -> ClassTable:
+        """The current :class:`~lfa_index.index.classes.ClassTable`: one consistent snapshot of the classes."""
         self._check_fitted()
         return self._table
 
@@ -492,8 +492,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return corpus
 
     def _check_queries(self, X: Any, name: str = "X", allow_zero: bool = False) -> np.ndarray:
-        return check_query_matrix(X, name=name, dim=self._snapshot().n_features, allow_zero=allow_zero)
+        return check_query_matrix(X, name=name, dim=self.class_table_.n_features, allow_zero=allow_zero)
 
     def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
-        return check_text_matrix(text_emb, name=name, dim=self._snapshot().text_embeddings.shape[1])
+        return check_text_matrix(text_emb, name=name, dim=self.class_table_.text_embeddings.shape[1])
 

@@ -261,15 +261,9 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "W_")
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "W_"):
-            raise NotFittedError(
-                "this EmbeddingAligner is not fitted yet; call fit(X_new, X_old) or EmbeddingAligner.load(path) first."
-            )
-
     def transform(self, X_new: Any) -> np.ndarray:
         """New-model rows mapped into the old space: unit float32 rows (n, d_old), ``normalize((x̂ − μ) W)``."""
-        self._check_fitted()
+        check_fitted(self)
         x = check_embeddings(X_new, name="X_new")
         if x.shape[1] != self.n_features_in_:
             raise DimensionMismatchError(
@@ -286,7 +280,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
         """Write the fitted aligner to directory ``path`` atomically (safetensors + JSON, sha256 manifest)."""
-        self._check_fitted()
+        check_fitted(self)
         from .aligner_format import save_aligner
 
         return save_aligner(self, path)
@@ -301,3 +295,11 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         from .aligner_format import load_aligner
 
         return load_aligner(cls, path)
+
+
+def check_fitted(aligner: EmbeddingAligner) -> None:
+    """Raise :class:`NotFittedError` unless ``aligner`` is fitted (or loaded)."""
+    if not hasattr(aligner, "W_"):
+        raise NotFittedError(
+            "this EmbeddingAligner is not fitted yet; call fit(X_new, X_old) or EmbeddingAligner.load(path) first."
+        )

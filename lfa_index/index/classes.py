@@ -19,6 +19,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from ..arrays import MAPPINGS
+from ..core.validation import check_choice
 from . import folding
 from .device import FaissDevice
 from .labels import LabelSpace
@@ -97,6 +99,11 @@ class ClassTable:
             raw = group.queries(x) @ group.folded.T
             out[:, group.positions] = folding.aligned_scores(raw, group.query_map.norms(x))
         return out
+
+    def query_map(self, mapping: str) -> QueryMap:
+        """The query map named ``mapping`` ("task", "tt" or "average"); a typed error for another name."""
+        check_choice(mapping, "mapping", MAPPINGS)
+        return self.maps[mapping]
 
     def aligned_prototypes(self) -> np.ndarray:
         """Every class folded with its own map, (C, d_in [+1]), in position order."""

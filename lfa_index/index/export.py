@@ -20,18 +20,18 @@ from ..arrays import MAPPINGS, Mapping
 from ..core.validation import check_choice
 from . import folding
 from .classes import ClassTable
-from .maps import QueryMap
+from .validation import check_query_matrix
 
 
 class StoreExportMixin:
-    """The exports of :class:`~lfa_index.AlignedIndex`; the class provides ``_snapshot()``
-    (the current :class:`ClassTable`, or NotFittedError) and ``_check_queries(X)``."""
+    """The store exports of :class:`~lfa_index.AlignedIndex`.
 
-    def _snapshot(self) -> ClassTable:
-        raise NotImplementedError
+    The host class provides one attribute, ``class_table_``: its current :class:`ClassTable`
+    (raising :class:`~lfa_index.errors.NotFittedError` before a fit). Each export reads it once, so
+    it answers for one consistent set of classes while classes are added concurrently.
+    """
 
-    def _check_queries(self, X: Any) -> np.ndarray:
-        raise NotImplementedError
+    class_table_: ClassTable
 
     def aligned_prototypes(self, mapping: Literal["auto", "task", "tt", "average"] = "auto") -> np.ndarray:
         """Prototypes folded with the query map, (C, d_in), or (C, d_in + 1) when :attr:`augmented_`:
@@ -40,46 +40,48 @@ class StoreExportMixin:
         "auto" folds each class with its own map (W for fitted classes, W_tt for added ones);
         pass a single map to rank classes of both kinds with one map.
         """
-        table = self._snapshot()
+        table = self.class_table_
         check_choice(mapping, "mapping", ("auto",) + MAPPINGS)
         if mapping == "auto":
             return table.aligned_prototypes()
-        folded = table.maps[mapping].fold(table.prototypes, table.intercept)
+        folded = table.query_map(mapping).fold(table.prototypes, table.intercept)
         return folding.pad(folded, table.n_features + int(table.augmented))
 
     @property
     def augmented_(self) -> bool:
         """Whether class vectors carry a bias coordinate (queries: :meth:`prepare_queries`)."""
-        return self._snapshot().augmented
+        return self.class_table_.augmented
 
     def prepare_queries(self, X: Any) -> np.ndarray:
         """Raw queries as :meth:`aligned_prototypes` expects them: float32 (n, d_in), or ``[x, ||x||]``."""
-        table = self._snapshot()
-        return folding.prepare_queries(self._check_queries(X), table.augmented)
+        table = self.class_table_
+        return folding.prepare_queries(_queries(table, X), table.augmented)
 
     def query_norms(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
         """``||x G + ||x|| o||`` (n,): divides inner products with folded prototypes into aligned scores."""
-        return self._map(mapping).norms(self._check_queries(X))
+        table = self.class_table_
+        return table.query_map(mapping).norms(_queries(table, X))
 
     def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
         """Aligned unit image embeddings (n, d), ``normalize(x̂ @ G + o)``: what :meth:`add` stores."""
-        return self._map(mapping).align(self._check_queries(X))
+        table = self.class_table_
+        return table.query_map(mapping).align(_queries(table, X))
 
     def query_offset(self, mapping: Mapping = "task") -> np.ndarray:
         """The offset o, (d,), of the affine query map ``normalize(x̂ @ G + o)``; zero without centring."""
-        query_map = self._map(mapping)
+        query_map = self.class_table_.query_map(mapping)
         return np.zeros(query_map.matrix.shape[1], np.float32) if query_map.offset is None else query_map.offset.copy()
 
     def query_transform(self, mapping: Mapping = "task") -> np.ndarray:
         """The query map G = Rᵀ W, (d_in, d): the aligned embedding of ``x`` is ``normalize(x̂ @ G + o)``."""
-        return self._map(mapping).matrix.copy()
+        return self.class_table_.query_map(mapping).matrix.copy()
 
     def query_linear_transform(self, mapping: Mapping = "task") -> faiss.LinearTransform:
         """The query map as a ``faiss.LinearTransform`` (affine with centring; expects unit queries then).
 
         >>> chain = faiss.IndexPreTransform(index.query_linear_transform(), faiss.IndexFlatIP(d))
         """
-        query_map = self._map(mapping)
+        query_map = self.class_table_.query_map(mapping)
         g, offset = query_map.matrix, query_map.offset
         transform = faiss.LinearTransform(g.shape[0], g.shape[1], offset is not None)
         faiss.copy_array_to_vector(np.ascontiguousarray(g.T).ravel(), transform.A)
@@ -88,7 +90,6 @@ class StoreExportMixin:
         transform.is_trained = True
         return transform
 
-    def _map(self, mapping: str) -> QueryMap:
-        table = self._snapshot()
-        check_choice(mapping, "mapping", MAPPINGS)
-        return table.maps[mapping]
+
+def _queries(table: ClassTable, X: Any) -> np.ndarray:
+    return check_query_matrix(X, name="X", dim=table.n_features)

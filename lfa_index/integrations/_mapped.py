@@ -17,6 +17,7 @@ from ..arrays import l2_normalize
 from ..core.validation import check_embeddings
 from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, ShapeError
 from ..index import EmbeddingAligner
+from ..index.aligner import check_fitted
 from ..index.folding import rerank
 from ._common import embed_function
 
@@ -41,7 +42,7 @@ class MappedEmbedder:
                  rerank_embedder: Any = None):
         if not isinstance(aligner, EmbeddingAligner):
             raise InvalidParameterError(f"aligner must be a fitted EmbeddingAligner, got {type(aligner).__name__}.")
-        aligner._check_fitted()
+        check_fitted(aligner)
         self.aligner = aligner
         self._queries = embed_function(query_embedder, "text", "query_embedder", query=True)
         self._documents = (None if document_embedder is None

@@ -2,12 +2,12 @@
 
 A file is durable once it and its directory are fsync'ed; ``manifest.json`` is replaced with
 ``os.replace`` from a temporary file beside it, which is the commit of a save. What a crashed save
-leaves behind is removed by the next one (:func:`_remove_entries`).
+leaves behind is removed by the next one (:func:`remove_entries`).
 
 Example
 -------
->>> with _locked(Path("idx"), exclusive=True) as held:
-...     _replace_file(Path("idx/manifest.json"), b"{...}")
+>>> with hold_lock(Path("idx"), exclusive=True) as held:
+...     replace_file(Path("idx/manifest.json"), b"{...}")
 """
 
 from __future__ import annotations
@@ -26,21 +26,22 @@ from .layout import LOCK_FILE
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover - Windows: saves are not serialised, see _locked
+except ImportError:  # pragma: no cover - Windows: saves are not serialised, see hold_lock
     fcntl = None  # type: ignore[assignment]
 
 _UNLOCKED_GRACE_S = 3600.0  # without file locks, a younger stray data folder may be another save's
 
 
 # ------------------------------------------------------------------------------ durable writes
-def _write_bytes(path: Path, data: bytes) -> None:
+def write_durable(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` and fsync it."""
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def _replace_file(path: Path, data: bytes) -> None:
+def replace_file(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` all at once: a temporary file beside it, fsync, ``os.replace``."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -53,15 +54,17 @@ def _replace_file(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Flush a written file to disk."""
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Flush a directory's entries to disk (where the platform can open directories)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # some platforms cannot open directories
@@ -76,7 +79,7 @@ def _fsync_dir(path: Path) -> None:
 
 # ------------------------------------------------------------------------------ the lock
 @contextlib.contextmanager
-def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
+def hold_lock(directory: Path, *, exclusive: bool) -> Iterator[bool]:
     """Hold ``directory``'s lock file: exclusive for a save, shared for a read. Yields whether it is held.
 
     Where ``fcntl`` or the file system's locks are missing it yields False: saves then race, and the
@@ -111,7 +114,7 @@ def _locked(directory: Path, *, exclusive: bool) -> Iterator[bool]:
 
 
 # ------------------------------------------------------------------------------ crash recovery
-def _remove_entries(root: Path, names: list[str], *, young_too: bool) -> None:
+def remove_entries(root: Path, names: list[str], *, young_too: bool) -> None:
     """Best-effort removal of lfa-index's own entries; a failure is retried by the next save."""
     for name in names:
         entry = root / name
@@ -125,5 +128,5 @@ def _remove_entries(root: Path, names: list[str], *, young_too: bool) -> None:
         except OSError:
             pass
     if names:
-        _fsync_dir(root)
+        fsync_dir(root)
 

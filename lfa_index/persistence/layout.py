@@ -6,8 +6,8 @@ A directory of any other format version is refused with :class:`IndexVersionErro
 
 Example
 -------
->>> state = _inspect(Path("idx"), Path("idx"), "aligned-index")  # IndexPathError: a file, foreign contents
->>> manifest = _parse_manifest(Path("idx"), Path("idx/manifest.json").read_bytes(), "aligned-index")
+>>> state = inspect_target(Path("idx"), Path("idx"), "aligned-index")  # IndexPathError: a file, foreign contents
+>>> manifest = parse_manifest(Path("idx"), Path("idx/manifest.json").read_bytes(), "aligned-index")
 """
 
 from __future__ import annotations
@@ -28,21 +28,21 @@ FORMAT_NAME = "lfa-index"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 LOCK_FILE = ".lfa-index.lock"
-_SUFFIXES = {".json": "json", ".safetensors": "safetensors", ".faiss": "faiss"}
+PART_SUFFIXES = {".json": "json", ".safetensors": "safetensors", ".faiss": "faiss"}  # file suffix -> part kind
 _DATA_DIR = re.compile(r"data-[a-z0-9_]{8}")  # tempfile.mkdtemp(prefix="data-")
 _MANIFEST_TMP = re.compile(r"\.manifest\.json\.[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp beside the manifest
 
 
 # ------------------------------------------------------------------------------ the target directory
 @dataclass
-class _State:
+class TargetState:
     """What a target directory holds, by lfa-index's own names."""
 
     data: str | None = None  # data folder of the current index
     stale: list[str] = field(default_factory=list)  # data folders and manifest copies of crashed saves
 
 
-def _committed_data(target: Path) -> str | None:
+def committed_data(target: Path) -> str | None:
     """The data folder that ``target``'s manifest names now, if it can be read."""
     try:
         return json.loads((target / MANIFEST).read_bytes()).get("data")
@@ -50,23 +50,23 @@ def _committed_data(target: Path) -> str | None:
         return None
 
 
-def _inspect(target: Path, given: Path, kind: str) -> _State:
+def inspect_target(target: Path, given: Path, kind: str) -> TargetState:
     """Sort the target's entries into ours and foreign ones; refuse foreign ones, files, links where lfa-index
     keeps its own entries, and an lfa-index directory of another ``kind`` (a FAISS store is no AlignedIndex)."""
     if not target.exists():
-        return _State()
+        return TargetState()
     if not target.is_dir():
         raise IndexPathError(f"{given} exists and is a file, not an index directory; choose another path or remove it.")
     entries = sorted(os.listdir(target))
     if not entries:
-        return _State()
+        return TargetState()
     manifest = _own_manifest(target, given)
     if manifest is not None and manifest.get("kind") != kind:
         raise IndexPathError(
             f"{given} holds an lfa-index of kind {manifest.get('kind')!r}, not {kind!r}; a save replaces only "
             "its own kind: save to another path, or remove that directory first."
         )
-    state = _State()
+    state = TargetState()
     ours = {LOCK_FILE}
     if manifest is not None:
         ours.add(MANIFEST)
@@ -109,7 +109,7 @@ def _own_manifest(root: Path, given: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
     try:
-        return _parse_manifest(root, raw)
+        return parse_manifest(root, raw)
     except IndexVersionError as err:
         raise IndexPathError(
             f"{given} holds an index of another on-disk format ({err}); save to another path, or remove that "
@@ -125,7 +125,7 @@ def _listing(names: list[str], limit: int = 5) -> str:
 
 
 # ------------------------------------------------------------------------------ the manifest
-def _parse_manifest(root: Path, raw: bytes, kind: str | None = None) -> dict[str, Any]:
+def parse_manifest(root: Path, raw: bytes, kind: str | None = None) -> dict[str, Any]:
     """The checked manifest of ``root``; ``kind`` None accepts any kind."""
     manifest_path = root / MANIFEST
     try:
@@ -165,16 +165,18 @@ def _parse_manifest(root: Path, raw: bytes, kind: str | None = None) -> dict[str
 
 
 def _is_part_name(name: Any) -> bool:
-    return isinstance(name, str) and name != MANIFEST and Path(name).name == name and Path(name).suffix in _SUFFIXES
+    return isinstance(name, str) and name != MANIFEST and Path(name).name == name and Path(name).suffix in PART_SUFFIXES
 
 
-def _checked_name(name: str, kind: str) -> str:
-    if Path(name).name != name or name == MANIFEST or _SUFFIXES.get(Path(name).suffix) != kind:
+def check_part_name(name: str, kind: str) -> str:
+    """``name`` when it is a plain file name with the suffix of ``kind`` ("json", "safetensors", "faiss")."""
+    if Path(name).name != name or name == MANIFEST or PART_SUFFIXES.get(Path(name).suffix) != kind:
         raise ValueError(f"invalid {kind} part name {name!r}")  # a programming error, not user input
     return name
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -182,7 +184,8 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _library_version() -> str:
+def library_version() -> str:
+    """The installed lfa-index version, or "unknown" when running from a source tree."""
     try:
         return metadata.version("lfa-index")
     except metadata.PackageNotFoundError:

@@ -22,8 +22,8 @@ from safetensors.numpy import load_file
 
 from ..errors import IndexFormatError, IndexNotFoundError, LFAIndexError
 from ..faiss_files import faiss_layout
-from .atomic import _locked
-from .layout import _SUFFIXES, MANIFEST, _parse_manifest, _sha256
+from .atomic import hold_lock
+from .layout import MANIFEST, PART_SUFFIXES, file_sha256, parse_manifest
 
 _READ_ATTEMPTS = 4  # lock-free reads before a reader takes the shared lock
 
@@ -56,7 +56,7 @@ def read_index_dir(
             return _read_once(root, kind)
         except _IndexChanged:
             continue
-    with _locked(root, exclusive=False):  # saves cannot commit while it is held
+    with hold_lock(root, exclusive=False):  # saves cannot commit while it is held
         try:
             return _read_once(root, kind)
         except _IndexChanged as changed:  # saves without locks keep committing: give up
@@ -77,7 +77,7 @@ def _read_once(
         ) from err
     except OSError as err:
         raise IndexFormatError(f"{manifest_path} cannot be read ({err.strerror or err}).") from err
-    manifest = _parse_manifest(root, raw, kind)
+    manifest = parse_manifest(root, raw, kind)
     folder = root / manifest["data"]
     try:
         if folder.is_symlink():  # save refuses links inside an index: so does load
@@ -106,7 +106,7 @@ def _read_files(
     for name, entry in files.items():
         file = folder / name
         _verify_file(file, entry)
-        part = _SUFFIXES[Path(name).suffix]
+        part = PART_SUFFIXES[Path(name).suffix]
         try:
             if part == "json":
                 documents[name] = json.loads(file.read_bytes())
@@ -131,5 +131,5 @@ def _verify_file(file: Path, entry: Mapping[str, Any]) -> None:
             f"{file} has {size} bytes but the manifest says {entry['bytes']}: the file is truncated or was "
             "replaced; re-save the index."
         )
-    if _sha256(file) != entry["sha256"]:
+    if file_sha256(file) != entry["sha256"]:
         raise IndexFormatError(f"{file} does not match its sha256 in the manifest: it is corrupted; re-save the index.")

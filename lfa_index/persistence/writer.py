@@ -23,22 +23,22 @@ from safetensors.numpy import save_file
 
 from ..errors import IndexPathError, IndexPermissionError, LFAIndexError
 from .atomic import (
-    _fsync,
-    _fsync_dir,
-    _locked,
-    _remove_entries,
-    _replace_file,
-    _write_bytes,
+    fsync_dir,
+    fsync_file,
+    hold_lock,
+    remove_entries,
+    replace_file,
+    write_durable,
 )
 from .layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
-    _checked_name,
-    _committed_data,
-    _inspect,
-    _library_version,
-    _sha256,
+    check_part_name,
+    committed_data,
+    file_sha256,
+    inspect_target,
+    library_version,
 )
 
 
@@ -62,11 +62,11 @@ def write_index_dir(
     given = Path(path)
     with _os_errors(given):
         target = _resolve(given)
-        _inspect(target, given, kind)  # refuse a file, foreign contents or another kind before writing anything
+        inspect_target(target, given, kind)  # refuse a file, foreign contents or another kind before writing anything
         target.mkdir(parents=True, exist_ok=True)
-        with _locked(target, exclusive=True) as locked:
-            state = _inspect(target, given, kind)
-            _remove_entries(target, state.stale, young_too=locked)
+        with hold_lock(target, exclusive=True) as locked:
+            state = inspect_target(target, given, kind)
+            remove_entries(target, state.stale, young_too=locked)
             data = Path(tempfile.mkdtemp(prefix="data-", dir=target))
             try:
                 files = _write_parts(data, documents, arrays, faiss_indexes)
@@ -74,18 +74,18 @@ def write_index_dir(
                     "format": FORMAT_NAME,
                     "kind": kind,
                     "format_version": FORMAT_VERSION,
-                    "library_version": _library_version(),
+                    "library_version": library_version(),
                     "data": data.name,
                     "files": files,
                 }
-                _replace_file(target / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+                replace_file(target / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
             except BaseException:
-                if _committed_data(target) != data.name:  # an interrupt may land right after the commit
+                if committed_data(target) != data.name:  # an interrupt may land right after the commit
                     shutil.rmtree(data, ignore_errors=True)
                 raise
             # Committed: what the previous index used is garbage now (a crash here is cleaned next time).
             previous = [state.data] if state.data and state.data != data.name else []
-            _remove_entries(target, previous, young_too=True)
+            remove_entries(target, previous, young_too=True)
     return given
 
 
@@ -105,17 +105,17 @@ def _write_parts(
     faiss_indexes: Mapping[str, faiss.Index],
 ) -> dict[str, dict[str, Any]]:
     for name, doc in documents.items():
-        _write_bytes(folder / _checked_name(name, "json"), json.dumps(doc, indent=1, sort_keys=True).encode())
+        write_durable(folder / check_part_name(name, "json"), json.dumps(doc, indent=1, sort_keys=True).encode())
     for name, tensors in arrays.items():
         contiguous = {key: np.ascontiguousarray(value) for key, value in tensors.items()}
-        save_file(contiguous, str(folder / _checked_name(name, "safetensors")), metadata={"format": FORMAT_NAME})
-        _fsync(folder / name)
+        save_file(contiguous, str(folder / check_part_name(name, "safetensors")), metadata={"format": FORMAT_NAME})
+        fsync_file(folder / name)
     for name, index in faiss_indexes.items():
-        faiss.write_index(index, str(folder / _checked_name(name, "faiss")))
-        _fsync(folder / name)
-    _fsync_dir(folder)
+        faiss.write_index(index, str(folder / check_part_name(name, "faiss")))
+        fsync_file(folder / name)
+    fsync_dir(folder)
     return {
-        name: {"sha256": _sha256(folder / name), "bytes": (folder / name).stat().st_size}
+        name: {"sha256": file_sha256(folder / name), "bytes": (folder / name).stat().st_size}
         for name in sorted(os.listdir(folder))
     }
 
