@@ -1,7 +1,7 @@
 """The refinement's settings (paper section 4.3 and appendix) and the option grids, each stated once.
 
 :class:`~lfa_index.core.estimator.LFA` takes them as constructor parameters (scikit-learn style)
-and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.refine.refine`.
+and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.solvers.refine.refine`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ BLEND_SHARE = 0.5
 """The discriminant's share of the default's served average (of standardised scores)."""
 BLEND_SHARE_OUTVOTED = 0.25
 """... when the held-out rows show the discriminant alone significantly worse than the chosen
-candidate (see :mod:`~lfa_index.core.selection`)."""
+candidate (see :mod:`~lfa_index.core.solvers.selection`)."""
 CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
 """Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
 SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
-"""The support side of a hybrid prototype (see :mod:`~lfa_index.core.prototypes`)."""
+"""The support side of a hybrid prototype (see :mod:`~lfa_index.core.solvers.prototypes`)."""
 SCORE_BLOCK = 1 << 24
 """Scores (rows × classes) a fit holds at once: what grows with rows *and* classes goes in blocks of rows."""
 
@@ -48,7 +48,7 @@ class RefineConfig:
     momentum_start : momentum of the W_tt moving average at step 0 (paper: 0.9, rising to 1).
     precision : "float32" or "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``).
     folds : class-stratified folds of the support that the held-out selection uses (capped at the
-        smallest class count; see :mod:`~lfa_index.core.selection`).
+        smallest class count; see :mod:`~lfa_index.core.solvers.selection`).
     unit_rows : fit and score the support discriminant on unit aligned rows ``z/||z||`` (selection
         and final fit). An experiment: serving still scores ``z·q + b`` (``benchmarks/unit_rows.py``).
     """

@@ -3,13 +3,13 @@
 Supervised (paper section 4.4, "Supervised Alignment"), unsupervised (U-LFA, Sinkhorn pseudo-
 assignments alternated with refinement), base-to-new (a second map W_tt, paper eq. 9) and
 disjoint encoders (a seeded projection when the dimensions differ). The fitting itself lives in
-module-level solvers (:mod:`~lfa_index.core.supervised`, :mod:`~lfa_index.core.unsupervised`,
+module-level solvers (:mod:`~lfa_index.core.solvers.supervised`, :mod:`~lfa_index.core.solvers.unsupervised`,
 torch, imported when a fit runs); the query side is numpy (:mod:`~lfa_index.core.serving`).
 
 Beyond the paper, chosen on the support set alone within a fixed budget (see
-:mod:`~lfa_index.core.selection`): hybrid prototypes (:mod:`~lfa_index.core.prototypes`), the
+:mod:`~lfa_index.core.solvers.selection`): hybrid prototypes (:mod:`~lfa_index.core.solvers.prototypes`), the
 average of the two maps, the step count, a zero-shot guard on β and a map for new classes chosen
-for unseen classes (:mod:`~lfa_index.core.beta`). Centring and prototypes trained with W are
+for unseen classes (:mod:`~lfa_index.core.solvers.beta`). Centring and prototypes trained with W are
 available as options. :meth:`LFA.paper` is the paper's algorithm with every option off.
 """
 
@@ -56,7 +56,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Procrustes). "auto" cross-validates the grid 0, 0.05, ..., 1 on the support set.
     steps : "auto" or int >= 0, default="auto"
         Refinement steps. "auto" picks them on held-out support rows (checkpoints of one
-        schedule, see :mod:`~lfa_index.core.selection`).
+        schedule, see :mod:`~lfa_index.core.solvers.selection`).
     projection : {"auto", "widen", "shrink", False}, default="auto"
         How differing image/text dimensions are bridged. "shrink" (the paper) maps the wider side
         down with a seeded Gaussian random projection; "widen" maps the narrower side up with a
@@ -87,7 +87,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         W_tt (§4.5, Table 7). "auto" keeps the average only on a significant held-out gain.
     keep_zero_shot : bool, default=True
         Where images and prototypes share a space (zero-shot ranks the rows' own classes above a
-        random class permutation, see :func:`~lfa_index.core.beta.identity_is_informative`),
+        random class permutation, see :func:`~lfa_index.core.solvers.beta.identity_is_informative`),
         keep β = 1 (zero-shot) unless a smaller β shows a significant held-out gain; where they do
         not, plain CV (β = 0 at 1 shot). The paper takes the best β of its CV (False).
     new_class_map : {"auto", "ema"}, default="auto"
@@ -151,7 +151,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     center_, prototype_mix_, support_kind_, refine_prototypes_, mapping_ : the options used.
     discriminant_weight_ : float or None   weight w of the discriminant alone in the served class
                                         vectors ``(1 − w)·hybrid(λ) + w·discriminant`` (the default's
-                                        hedge on a held-out λ, see :mod:`~lfa_index.core.selection`);
+                                        hedge on a held-out λ, see :mod:`~lfa_index.core.solvers.selection`);
                                         None when the hybrid is served as chosen.
     selection_ : dict or None           how the step count and options were chosen (held-out
                                         candidates and scores).
@@ -320,7 +320,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             mixes = MIX_GRID if affine or self.support_prototypes != "discriminant" else (0.0,)
         else:
             mixes = (float(mix),)
-        from .supervised import Asked
+        from .solvers.supervised import Asked
 
         return Asked(
             beta=None if self.beta == "auto" else float(self.beta),
@@ -377,7 +377,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             from tqdm.auto import tqdm
 
             from .device import resolve_device
-            from .fitting import fit_supervised, fit_unsupervised
+            from .solvers.fitting import fit_supervised, fit_unsupervised
         except ImportError as err:
             raise MissingExtraError(
                 f"fitting LFA needs torch ({err}); `pip install lfa-index` brings it (a serving-only install "

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..config import RefineConfig
 from .beta import BetaChoice, select_beta
-from .config import RefineConfig
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, refine

@@ -1,8 +1,8 @@
 """Supervised LFA (paper section 4.4, Algorithm 1) and the options beyond it: one fit path.
 
 :func:`fit_supervised` runs β-Procrustes then ARerank refinement. What the caller leaves at
-"auto" is chosen on the support set alone (:mod:`~lfa_index.core.beta` for β,
-:mod:`~lfa_index.core.selection` for the step count and the options). With every option off and
+"auto" is chosen on the support set alone (:mod:`~lfa_index.core.solvers.beta` for β,
+:mod:`~lfa_index.core.solvers.selection` for the step count and the options). With every option off and
 ``keep_zero_shot=False`` it is the paper's algorithm: the text prototypes as the classifier, β by
 random-split CV, one full cosine run.
 """
@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import InvalidInputError
+from ...errors import InvalidInputError
+from ..config import RefineConfig
 from .beta import BetaChoice, NewClassMap, select_beta, select_new_class_map
-from .config import RefineConfig
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, fused_adamw_supported, refine
