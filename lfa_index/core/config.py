@@ -65,3 +65,29 @@ class RefineConfig:
     precision: str = "float32"
     folds: int = 3
     unit_rows: bool = False
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """What a supervised fit may choose from, as the estimator's parameters ask for it; a tuple of more
+    than one value means "choose on the support set"."""
+
+    beta: float | None  # None: cross-validated
+    steps: int | None  # None: chosen on held-out rows
+    mixes: tuple[float, ...]
+    mappings: tuple[str, ...]
+    centers: tuple[bool, ...]
+    refines: tuple[bool, ...]
+    kinds: tuple[str, ...]  # support prototypes to try: "discriminant" and/or "mean"
+    keep_zero_shot: bool
+    new_class_map: str  # "auto" (class-disjoint β) or "ema" (the paper's W_tt)
+    cv_splits: int
+    cv_val_size: float
+    blend: bool = False  # serve a held-out choice averaged with the discriminant (selection.served_classifier)
+    same_space: bool = True  # images and prototypes reach W unprojected (the zero-shot guard may then apply)
+
+    @property
+    def paper_classifier(self) -> bool:
+        """Only the paper's classifier can come out (text prototypes, task map, no variant)."""
+        return self.mixes == (0.0,) and self.mappings == ("task",) and self.centers == (False,) \
+            and self.refines == (False,)
