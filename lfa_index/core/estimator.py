@@ -31,7 +31,7 @@ from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, FitOptions, RefineC
 from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin, project_rows
-from .state import FittedState, describe
+from .state import FittedState, summary_line
 from .targets import encode_targets
 from .validation import Interval, check_embeddings, fit_or_restore, validate_params
 
@@ -436,7 +436,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         state.classes_, state.n_features_in_, state.text_prototypes_ = labels_of, d_img, text_prototypes
         state.projection_, state.projection_side_, state.projection_kind_ = matrix, side, kind
         state.fit_seconds_ = time.perf_counter() - started
-        state.summary_ = describe(state, self.n_rounds)
+        state.summary_ = summary_line(state, self.n_rounds)
         self._set_fitted(state)
         if self.verbose:
             print(self.summary_, file=sys.stderr)

@@ -102,7 +102,7 @@ def check_fitted_state(state: FittedState) -> None:
     for f in fields(state):
         value = getattr(state, f.name)
         if isinstance(value, float) and not np.isfinite(value):
-            raise NonFiniteError(f"lfa.state.{f.name} is {value!r}, not a finite number")
+            raise NonFiniteError(f"{f.name} is {value!r}, not a finite number")
     w = _float_array(state.W_, "W_", ndim=2)
     d = w.shape[0]
     for name in ("W_", "W_tt_", "W_avg_", "W_ema_"):
@@ -143,7 +143,7 @@ def _float_array(value: Any, name: str, *, ndim: int | None = None, shape: tuple
     return value
 
 
-def describe(state: FittedState, n_rounds: int) -> str:
+def summary_line(state: FittedState, n_rounds: int) -> str:
     """One line: β, steps, options, held-out evidence, time (``n_rounds``: the U-LFA rounds)."""
     sel = state.selection_ or {}
     runs = sel.get("runs") or 0

@@ -216,9 +216,10 @@ def solve_supervised(
     hubness_final = hubness(F.normalize(fit0 @ served_map, dim=1), prototypes, labels)
     heldout = None if selection is None else selection.heldout_scores
     return FittedState(
-        W_=numpy(served_map), W_tt_=numpy(w_new), W_ema_=numpy(result.W_tt), W_avg_=numpy((result.W + result.W_tt) / 2),
-        prototypes_=numpy(vectors), intercept_=numpy(bias), refined_prototypes_=numpy(result.prototypes),
-        feature_mean_=numpy(mean if candidate.variant.center else torch.zeros_like(mean)),
+        W_=to_numpy(served_map), W_tt_=to_numpy(w_new), W_ema_=to_numpy(result.W_tt),
+        W_avg_=to_numpy((result.W + result.W_tt) / 2),
+        prototypes_=to_numpy(vectors), intercept_=to_numpy(bias), refined_prototypes_=to_numpy(result.prototypes),
+        feature_mean_=to_numpy(mean if candidate.variant.center else torch.zeros_like(mean)),
         center_=candidate.variant.center, refine_prototypes_=candidate.variant.refine_prototypes,
         prototype_mix_=candidate.mix, support_kind_=candidate.kind, mapping_=candidate.mapping, steps_=candidate.steps,
         beta_=beta.beta, beta_selection_=beta.how, beta_scores_=beta.scores,
@@ -234,7 +235,7 @@ def solve_supervised(
     )
 
 
-def numpy(t: torch.Tensor | None) -> np.ndarray | None:
+def to_numpy(t: torch.Tensor | None) -> np.ndarray | None:
     """A tensor (or None) as a numpy array on the CPU."""
     return None if t is None else t.detach().cpu().numpy()
 

@@ -14,7 +14,7 @@ from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, refine
 from .selection import PAPER_CHECKPOINTS, select_paper_steps
 from .sinkhorn import sinkhorn_assignments
-from .supervised import first_view, numpy
+from .supervised import first_view, to_numpy
 
 
 def solve_unsupervised(
@@ -73,15 +73,15 @@ def solve_unsupervised(
         w = result.W
     assignments = sinkhorn_assignments(F.normalize(x0 @ w, dim=1), prototypes, reg=sinkhorn_reg)
     hubness_final = hubness(F.normalize(x0 @ w, dim=1), prototypes, assignments.argmax(dim=1))
-    task, ema = numpy(result.W), numpy(result.W_tt)
+    task, ema = to_numpy(result.W), to_numpy(result.W_tt)
     average = (task + ema) / 2
     return FittedState(
         W_=average if mapping == "average" else task, W_tt_=ema, W_ema_=ema, W_avg_=average,
-        prototypes_=numpy(prototypes), intercept_=np.zeros(prototypes.shape[0], dtype=np.float32),
+        prototypes_=to_numpy(prototypes), intercept_=np.zeros(prototypes.shape[0], dtype=np.float32),
         feature_mean_=np.zeros(task.shape[0], dtype=np.float32), refined_prototypes_=None,
         center_=False, refine_prototypes_=False, prototype_mix_=0.0, support_kind_=None, mapping_=mapping,
         beta_=choice.beta, beta_selection_=choice.how, beta_scores_=choice.scores, new_class_beta_=None,
         steps_=int(steps), step_trials_=trials, selection_=None, heldout_scores_=None, discriminant_weight_=None,
         loss_curve_=result.loss_curve, hubness_init_=hubness_init, hubness_=hubness_final,
-        assignments_=numpy(assignments),
+        assignments_=to_numpy(assignments),
     )
