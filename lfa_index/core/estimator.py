@@ -2,9 +2,10 @@
 
 Supervised (paper section 4.4, "Supervised Alignment"), unsupervised (U-LFA, Sinkhorn pseudo-
 assignments alternated with refinement), base-to-new (a second map W_tt, paper eq. 9) and
-disjoint encoders (a seeded projection when the dimensions differ). The fitting itself lives in
-module-level solvers (:mod:`~lfa_index.core.solvers.supervised`, :mod:`~lfa_index.core.solvers.unsupervised`,
-torch, imported when a fit runs); the query side is numpy (:mod:`~lfa_index.core.serving`).
+disjoint encoders (a seeded projection when the dimensions differ). The estimator builds the fit's
+options and hands them, with the tensors, to one solver (:mod:`~lfa_index.core.solvers.supervised`
+or :mod:`~lfa_index.core.solvers.unsupervised`, torch, imported when a fit runs), which returns one
+:class:`~lfa_index.core.state.FittedState`; the query side is numpy (:mod:`~lfa_index.core.serving`).
 
 Beyond the paper, chosen on the support set alone within a fixed budget (see
 :mod:`~lfa_index.core.solvers.selection`): hybrid prototypes (:mod:`~lfa_index.core.solvers.prototypes`), the
