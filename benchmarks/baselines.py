@@ -60,9 +60,9 @@ from lfa_index.baselines import (  # noqa: F401  (re-exported for the harness an
     zero_shot,
 )
 from lfa_index.core import LFA
-from lfa_index.core.beta import BETA_GRID, identity_is_informative, select_beta
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
 from lfa_index.core.projection import project, random_projection_matrix
+from lfa_index.core.solvers.beta import BETA_GRID, identity_is_informative, select_beta
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
 
 LINEAR_PROBE_CS: tuple[float, ...] = tuple(np.logspace(-2, 3, 11))
 CV_MAX_FOLDS = 5

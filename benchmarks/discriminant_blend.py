@@ -1,9 +1,9 @@
 """How much of the discriminant should the default serve? Weights of the average, on the same fits.
 
 The default chooses a hybrid classifier (text prototypes mixed with a support discriminant, λ on
-held-out rows, :mod:`lfa_index.core.selection`) and serves it averaged with the discriminant alone,
+held-out rows, :mod:`lfa_index.core.solvers.selection`) and serves it averaged with the discriminant alone,
 each classifier's scores standardised on the support rows, at equal weight
-(:func:`lfa_index.core.prototypes.blend_with_discriminant`). The choice does not depend on the
+(:func:`lfa_index.core.solvers.prototypes.blend_with_discriminant`). The choice does not depend on the
 average, so one fit per support gives every weight: this script rebuilds the chosen hybrid and the
 discriminant from the fitted map and scores the eval rows with
 
@@ -35,7 +35,7 @@ import torch
 
 from lfa_index import LFA
 from lfa_index.core.config import BLEND_SHARE, BLEND_SHARE_OUTVOTED
-from lfa_index.core.selection import classifier
+from lfa_index.core.solvers.selection import classifier
 
 from .baselines import gda_discriminant
 from .cells import cell_benchmark, cell_supports

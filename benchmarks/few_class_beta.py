@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
-from lfa_index.core.beta import BETA_GRID, grid_hits, identity_is_informative, identity_kept
-from lfa_index.core.procrustes import support_splits
-from lfa_index.core.selection import CLOSED_FORM_FOLDS, CLOSED_FORM_REPEATS, support_folds
+from lfa_index.core.solvers.beta import BETA_GRID, grid_hits, identity_is_informative, identity_kept
+from lfa_index.core.solvers.procrustes import support_splits
+from lfa_index.core.solvers.selection import CLOSED_FORM_FOLDS, CLOSED_FORM_REPEATS, support_folds
 from lfa_index.files import atomic_write
 
 from .baselines import linear_probe_cv

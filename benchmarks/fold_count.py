@@ -1,7 +1,7 @@
 """How many folds the default's held-out selection should use: K = 3 (the default) against more.
 
 The default chooses the step count and the prototype mix λ on ``K`` class-stratified folds of the
-support (:mod:`lfa_index.core.selection`). With K = 3 each fold trains on 2/3 of the support, while
+support (:mod:`lfa_index.core.solvers.selection`). With K = 3 each fold trains on 2/3 of the support, while
 the final fit sees all of it; support-side prototypes gain more from the missing rows than text
 prototypes do, so a small K could rate λ too low. This benchmark refits the default with other fold
 counts (``RefineConfig.folds``, capped at the smallest class count as always) on the same supports

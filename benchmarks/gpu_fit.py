@@ -21,11 +21,11 @@ import torch
 
 from benchmarks.speed import synthetic, time_estimator
 from lfa_index import LFA
-from lfa_index.core.beta import select_beta
 from lfa_index.core.config import RefineConfig
-from lfa_index.core.loss import nearest
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import refine
+from lfa_index.core.solvers.beta import select_beta
+from lfa_index.core.solvers.loss import nearest
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import refine
 from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"

@@ -42,7 +42,7 @@ from benchmarks.data import add_data_argument
 from benchmarks.migration_data import MODELS, load_cranfield, model_rows, ndcg_recall, unrelated_texts
 from lfa_index import EmbeddingAligner
 from lfa_index.arrays import l2_normalize
-from lfa_index.core.matching import fit_unpaired
+from lfa_index.core.solvers.matching import fit_unpaired
 from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from lfa_index import LFA
-from lfa_index.core.prototypes import class_scores, hybrid_prototypes, support_prototypes
-from lfa_index.core.selection import MIX_GRID
+from lfa_index.core.solvers.prototypes import class_scores, hybrid_prototypes, support_prototypes
+from lfa_index.core.solvers.selection import MIX_GRID
 
 from .data import SET_NAMES, add_data_argument, load_set, sample_support
 

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.speed import synthetic
-from lfa_index.core.beta import select_beta
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import refine
+from lfa_index.core.solvers.beta import select_beta
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import refine
 from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"

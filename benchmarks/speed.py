@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from lfa_index import LFA
-from lfa_index.core.beta import select_beta
 from lfa_index.core.config import RefineConfig
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import refine
+from lfa_index.core.solvers.beta import select_beta
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import refine
 from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"

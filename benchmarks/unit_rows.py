@@ -1,6 +1,6 @@
 """Should the support discriminant see unit aligned rows? The default against that variant.
 
-The default fits the support side of its hybrid prototypes (:mod:`lfa_index.core.prototypes`) on
+The default fits the support side of its hybrid prototypes (:mod:`lfa_index.core.solvers.prototypes`) on
 the aligned rows ``z = x W`` as they are, whose norms vary by a few percent once refinement has
 moved W away from an orthogonal map, and serves ``z·q + b`` (``(z·q + b)/||z||`` as a score).
 GDA, the model behind the discriminant, is defined on unit rows. The variant fits the

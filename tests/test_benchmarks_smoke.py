@@ -210,7 +210,7 @@ def test_the_gap_to_the_best_baseline_carries_the_standard_error_of_its_per_seed
 def test_the_unit_row_setting_fits_the_discriminant_on_unit_rows():
     import torch
 
-    from lfa_index.core.selection import classifier
+    from lfa_index.core.solvers.selection import classifier
 
     z = torch.tensor([[2.0, 0.0], [0.0, 0.5], [1.5, 1.5], [0.2, 1.0]], dtype=torch.float64)
     labels, base = torch.tensor([0, 1, 0, 1]), torch.eye(2, dtype=torch.float64)

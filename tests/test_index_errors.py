@@ -190,8 +190,8 @@ def test_use_before_fit():
 
 def test_bad_parameters(data):
     support, labels, text, _ = data
-    with pytest.raises(InvalidParameterError, match="unknown option"):
-        AlignedIndex(betta=0.5).fit(support, labels, text)
+    with pytest.raises(TypeError, match="betta"):  # Python's own error for an unknown keyword, as in scikit-learn
+        AlignedIndex(betta=0.5)
     with pytest.raises(InvalidParameterError, match="corpus_factory"):
         AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="NotAnIndex").fit(support, labels, text)
     with pytest.raises(InvalidParameterError, match="corpus_mapping"):

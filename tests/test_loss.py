@@ -3,7 +3,7 @@ import math
 import numpy as np
 import torch
 
-from lfa_index.core.loss import arerank_loss
+from lfa_index.core.solvers.loss import arerank_loss
 
 
 def _paper_loss(mapped, protos, labels, k, s):

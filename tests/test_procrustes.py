@@ -4,14 +4,14 @@ import torch
 from synthetic import normalize, planted_gap_problem, random_orthogonal
 
 from lfa_index import LFA
-from lfa_index.core.beta import (
+from lfa_index.core.solvers.beta import (
     identity_evidence,
     identity_is_informative,
     select_beta,
     select_beta_unseen,
     significantly_better,
 )
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes, support_splits
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 
 
 def f32(a: np.ndarray) -> torch.Tensor:

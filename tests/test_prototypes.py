@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.baselines import gda_discriminant
-from lfa_index.core.prototypes import (
+from lfa_index.core.solvers.prototypes import (
     blend_with_discriminant,
     class_means,
     class_scores,

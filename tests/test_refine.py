@@ -6,10 +6,10 @@ from synthetic import planted_gap_problem
 
 from lfa_index import LFA
 from lfa_index.core.config import RefineConfig
-from lfa_index.core.loss import arerank_loss
-from lfa_index.core.metrics import hubness
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import ema_momentum, refine
+from lfa_index.core.solvers.loss import arerank_loss
+from lfa_index.core.solvers.metrics import hubness
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import ema_momentum, refine
 
 
 def _generators(seed=0):
@@ -111,7 +111,7 @@ def test_one_shot_support_refines_the_public_codes_200_steps_without_a_held_out_
 
 def test_branch_free_graph_step_refines_like_the_eager_step():
     # The step a CUDA graph replays, run eagerly on the CPU: same loss, optimiser and EMA.
-    from lfa_index.core.refine import Refinement
+    from lfa_index.core.solvers.refine import Refinement
 
     x, y, protos, _, _ = planted_gap_problem(noise=0.35, rotation_mix=0.6, seed=0)
     x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)

@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from synthetic import normalize, planted_gap_problem, random_orthogonal
 
-import lfa_index.core.selection as selection
-import lfa_index.core.supervised as supervised
+import lfa_index.core.solvers.selection as selection
+import lfa_index.core.solvers.supervised as supervised
 from lfa_index import LFA, InvalidParameterError
-from lfa_index.core.beta import BETA_GRID, select_beta
 from lfa_index.core.config import RefineConfig
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import refine
-from lfa_index.core.selection import (
+from lfa_index.core.solvers.beta import BETA_GRID, select_beta
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import refine
+from lfa_index.core.solvers.selection import (
     HORIZON,
     Candidate,
     Evidence,
@@ -101,7 +101,7 @@ def same_space_problem(n_classes, shots, seed=0, d=32, noise=0.9):
 def test_a_same_model_one_shot_support_keeps_the_zero_shot_accuracy(n_classes):
     """4 classes: too few to test (C! < 1/α), the evidence only has to point the right way; 24 noisy
     classes (zero-shot ≈ 30 %): enough for the permutation test (with 12 such classes it falls below
-    the 10⁻³ level on 3 seeds of 10, and those fits take Procrustes: see core/beta.py)."""
+    the 10⁻³ level on 3 seeds of 10, and those fits take Procrustes: see core/solvers/beta.py)."""
     for seed in range(3):
         x, y, p, xt, yt = same_space_problem(n_classes, shots=1, seed=seed)
         zero_shot = np.mean((xt @ p.T).argmax(1) == yt)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
 from synthetic import planted_gap_problem
 
+import lfa_index.core
 from lfa_index import LFA, AlignedIndex
 
 BLOCKED = ("torch", "sklearn", "scipy", "tqdm", "ot", "pandas", "pyarrow", "sentence_transformers", "matplotlib")
@@ -129,3 +131,27 @@ def test_fitting_without_torch_says_which_install_brings_it():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "typed:" in out.stdout and "pip install lfa-index" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_every_core_module_outside_solvers_imports_without_torch():
+    """The folder boundary: only ``core/solvers/`` may import torch at import time."""
+    core = Path(lfa_index.core.__file__).parent
+    names = sorted(f"lfa_index.core.{p.stem}" for p in core.glob("*.py") if p.stem != "__init__")
+    assert "lfa_index.core.state" in names and "lfa_index.core.serving" in names
+    code = textwrap.dedent(
+        f"""
+        import importlib, sys
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "torch":
+                    raise ImportError("No module named 'torch'")
+        sys.meta_path.insert(0, Blocker())
+        for name in {names!r}:
+            importlib.import_module(name)
+        print("imported", len({names!r}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == f"imported {len(names)}", out.stderr[-2000:]
+    solvers = sorted(p.stem for p in (core / "solvers").glob("*.py") if p.stem != "__init__")
+    assert all("import torch" in (core / "solvers" / f"{name}.py").read_text() for name in solvers)

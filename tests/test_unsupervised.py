@@ -3,7 +3,7 @@ import torch
 from synthetic import planted_gap_problem
 
 from lfa_index import LFA
-from lfa_index.core.sinkhorn import sinkhorn_assignments
+from lfa_index.core.solvers.sinkhorn import sinkhorn_assignments
 
 
 def test_sinkhorn_assignments_are_soft_and_balanced():

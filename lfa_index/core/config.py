@@ -1,7 +1,7 @@
 """The refinement's settings (paper section 4.3 and appendix) and the option grids, each stated once.
 
 :class:`~lfa_index.core.estimator.LFA` takes them as constructor parameters (scikit-learn style)
-and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.refine.refine`.
+and hands one frozen :class:`RefineConfig` to :func:`~lfa_index.core.solvers.refine.refine`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ BLEND_SHARE = 0.5
 """The discriminant's share of the default's served average (of standardised scores)."""
 BLEND_SHARE_OUTVOTED = 0.25
 """... when the held-out rows show the discriminant alone significantly worse than the chosen
-candidate (see :mod:`~lfa_index.core.selection`)."""
+candidate (see :mod:`~lfa_index.core.solvers.selection`)."""
 CLASS_MAPPINGS: tuple[str, ...] = ("task", "average")
 """Maps the fitted classes can be served with (the refined map, or its average with W_tt)."""
 SUPPORT_KINDS: tuple[str, ...] = ("discriminant", "mean")
-"""The support side of a hybrid prototype (see :mod:`~lfa_index.core.prototypes`)."""
+"""The support side of a hybrid prototype (see :mod:`~lfa_index.core.solvers.prototypes`)."""
 SCORE_BLOCK = 1 << 24
 """Scores (rows × classes) a fit holds at once: what grows with rows *and* classes goes in blocks of rows."""
 
@@ -48,7 +48,7 @@ class RefineConfig:
     momentum_start : momentum of the W_tt moving average at step 0 (paper: 0.9, rising to 1).
     precision : "float32" or "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``).
     folds : class-stratified folds of the support that the held-out selection uses (capped at the
-        smallest class count; see :mod:`~lfa_index.core.selection`).
+        smallest class count; see :mod:`~lfa_index.core.solvers.selection`).
     unit_rows : fit and score the support discriminant on unit aligned rows ``z/||z||`` (selection
         and final fit). An experiment: serving still scores ``z·q + b`` (``benchmarks/unit_rows.py``).
     """
@@ -65,3 +65,29 @@ class RefineConfig:
     precision: str = "float32"
     folds: int = 3
     unit_rows: bool = False
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """What a supervised fit may choose from, as the estimator's parameters ask for it; a tuple of more
+    than one value means "choose on the support set"."""
+
+    beta: float | None  # None: cross-validated
+    steps: int | None  # None: chosen on held-out rows
+    mixes: tuple[float, ...]
+    mappings: tuple[str, ...]
+    centers: tuple[bool, ...]
+    refines: tuple[bool, ...]
+    kinds: tuple[str, ...]  # support prototypes to try: "discriminant" and/or "mean"
+    keep_zero_shot: bool
+    new_class_map: str  # "auto" (class-disjoint β) or "ema" (the paper's W_tt)
+    cv_splits: int
+    cv_val_size: float
+    blend: bool = False  # serve a held-out choice averaged with the discriminant (selection.served_classifier)
+    same_space: bool = True  # images and prototypes reach W unprojected (the zero-shot guard may then apply)
+
+    @property
+    def paper_classifier(self) -> bool:
+        """Only the paper's classifier can come out (text prototypes, task map, no variant)."""
+        return self.mixes == (0.0,) and self.mappings == ("task",) and self.centers == (False,) \
+            and self.refines == (False,)

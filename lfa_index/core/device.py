@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"auto"`` picks CUDA when torch sees a GPU, else the CPU; anything else is passed to torch."""
+    import torch
+
     if isinstance(device, torch.device):
         return device
     if not isinstance(device, str):

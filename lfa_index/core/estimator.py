@@ -2,14 +2,15 @@
 
 Supervised (paper section 4.4, "Supervised Alignment"), unsupervised (U-LFA, Sinkhorn pseudo-
 assignments alternated with refinement), base-to-new (a second map W_tt, paper eq. 9) and
-disjoint encoders (a seeded projection when the dimensions differ). The fitting itself lives in
-module-level solvers (:mod:`~lfa_index.core.supervised`, :mod:`~lfa_index.core.unsupervised`,
-torch, imported when a fit runs); the query side is numpy (:mod:`~lfa_index.core.serving`).
+disjoint encoders (a seeded projection when the dimensions differ). The estimator builds the fit's
+options and hands them, with the tensors, to one solver (:mod:`~lfa_index.core.solvers.supervised`
+or :mod:`~lfa_index.core.solvers.unsupervised`, torch, imported when a fit runs), which returns one
+:class:`~lfa_index.core.state.FittedState`; the query side is numpy (:mod:`~lfa_index.core.serving`).
 
 Beyond the paper, chosen on the support set alone within a fixed budget (see
-:mod:`~lfa_index.core.selection`): hybrid prototypes (:mod:`~lfa_index.core.prototypes`), the
+:mod:`~lfa_index.core.solvers.selection`): hybrid prototypes (:mod:`~lfa_index.core.solvers.prototypes`), the
 average of the two maps, the step count, a zero-shot guard on β and a map for new classes chosen
-for unseen classes (:mod:`~lfa_index.core.beta`). Centring and prototypes trained with W are
+for unseen classes (:mod:`~lfa_index.core.solvers.beta`). Centring and prototypes trained with W are
 available as options. :meth:`LFA.paper` is the paper's algorithm with every option off.
 """
 
@@ -27,10 +28,11 @@ from ..errors import (
     InvalidParameterError,
     MissingExtraError,
 )
-from .config import BLEND_SHARE_OUTVOTED, CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, RefineConfig
+from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, FitOptions, RefineConfig
 from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
-from .serving import AlignedClassifierMixin
+from .serving import AlignedClassifierMixin, project_rows
+from .state import FittedState, summary_line
 from .targets import encode_targets
 from .validation import Interval, check_embeddings, fit_or_restore, validate_params
 
@@ -56,7 +58,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Procrustes). "auto" cross-validates the grid 0, 0.05, ..., 1 on the support set.
     steps : "auto" or int >= 0, default="auto"
         Refinement steps. "auto" picks them on held-out support rows (checkpoints of one
-        schedule, see :mod:`~lfa_index.core.selection`).
+        schedule, see :mod:`~lfa_index.core.solvers.selection`).
     projection : {"auto", "widen", "shrink", False}, default="auto"
         How differing image/text dimensions are bridged. "shrink" (the paper) maps the wider side
         down with a seeded Gaussian random projection; "widen" maps the narrower side up with a
@@ -87,7 +89,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         W_tt (§4.5, Table 7). "auto" keeps the average only on a significant held-out gain.
     keep_zero_shot : bool, default=True
         Where images and prototypes share a space (zero-shot ranks the rows' own classes above a
-        random class permutation, see :func:`~lfa_index.core.beta.identity_is_informative`),
+        random class permutation, see :func:`~lfa_index.core.solvers.beta.identity_is_informative`),
         keep β = 1 (zero-shot) unless a smaller β shows a significant held-out gain; where they do
         not, plain CV (β = 0 at 1 shot). The paper takes the best β of its CV (False).
     new_class_map : {"auto", "ema"}, default="auto"
@@ -151,7 +153,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     center_, prototype_mix_, support_kind_, refine_prototypes_, mapping_ : the options used.
     discriminant_weight_ : float or None   weight w of the discriminant alone in the served class
                                         vectors ``(1 − w)·hybrid(λ) + w·discriminant`` (the default's
-                                        hedge on a held-out λ, see :mod:`~lfa_index.core.selection`);
+                                        hedge on a held-out λ, see :mod:`~lfa_index.core.solvers.selection`);
                                         None when the hybrid is served as chosen.
     selection_ : dict or None           how the step count and options were chosen (held-out
                                         candidates and scores).
@@ -305,10 +307,11 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             batch_fraction=self.batch_fraction, precision=self.precision,
         )
 
-    def _asked(self, min_rows: int) -> Any:
-        """The options as asked for (``min_rows``: the support rows of the smallest class), with
-        those that need an affine query side checked."""
-        affine = self._affine_queries()
+    def _fit_options(self, min_rows: int, affine: bool, same_space: bool,
+                     previous: FittedState | None) -> FitOptions:
+        """The options of a supervised fit as asked for (``min_rows``: the support rows of the smallest
+        class; ``affine``: whether queries reach W by an affine map, which centring and class biases
+        need; ``same_space``: no projection; ``previous``: the state a warm start keeps its centring of)."""
         mix = self.prototype_mix
         bias_mix = self.support_prototypes == "discriminant" and mix != "auto" and float(mix) > 0
         if not affine and (self.center is True or bias_mix):
@@ -320,14 +323,13 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             mixes = MIX_GRID if affine or self.support_prototypes != "discriminant" else (0.0,)
         else:
             mixes = (float(mix),)
-        from .supervised import Asked
-
-        return Asked(
+        centers = ((False, True) if affine else (False,)) if self.center == "auto" else (bool(self.center),)
+        return FitOptions(
             beta=None if self.beta == "auto" else float(self.beta),
             steps=None if self.steps == "auto" else int(self.steps),
             mixes=tuple(mixes),
             mappings=CLASS_MAPPINGS if self.mapping == "auto" else (self.mapping,),
-            centers=((False, True) if affine else (False,)) if self.center == "auto" else (bool(self.center),),
+            centers=centers if previous is None else (bool(previous.center_),),
             refines=(False, True) if self.refine_prototypes == "held-out"
             else (min_rows >= TRAINED_PROTOTYPES_MIN_ROWS,) if self.refine_prototypes == "auto"
             else (bool(self.refine_prototypes),),
@@ -336,6 +338,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             keep_zero_shot=bool(self.keep_zero_shot),
             new_class_map=self.new_class_map, cv_splits=int(self.cv_splits), cv_val_size=float(self.cv_val_size),
             blend=mix == "auto" and len(mixes) > 1 and affine and self.support_prototypes in ("auto", "discriminant"),
+            same_space=same_space,
         )
 
     def _check_unsupervised_options(self) -> None:
@@ -377,17 +380,18 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             from tqdm.auto import tqdm
 
             from .device import resolve_device
-            from .fitting import fit_supervised, fit_unsupervised
+            from .solvers.supervised import solve_supervised
+            from .solvers.unsupervised import solve_unsupervised
         except ImportError as err:
             raise MissingExtraError(
                 f"fitting LFA needs torch ({err}); `pip install lfa-index` brings it (a serving-only install "
                 "answers queries of a saved index without it)."
             ) from err
         device = resolve_device(self.device)
-        warm = self.warm_start and hasattr(self, "W_")
+        previous = self._fitted() if self.warm_start and hasattr(self, "W_") else None
         x_np = check_embeddings(X, name="X", ndims=(2, 3))
         codes, labels_of, p_np = encode_targets(y, x_np, prototypes, classes)
-        if warm and (x_np.shape[-1] != self.n_features_in_ or p_np.shape[1] != self._prototype_dim()):
+        if previous is not None and (x_np.shape[-1] != self.n_features_in_ or p_np.shape[1] != self._prototype_dim()):
             raise DimensionMismatchError(
                 "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
@@ -402,74 +406,47 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         gen.manual_seed(seed)
         coin.manual_seed(seed + 1)
         d_img = int(x_np.shape[-1])
-        if not warm:
-            self._fit_projection(d_img, p_np.shape[1], seed)
-        x = F.normalize(torch.from_numpy(self._project_rows(x_np, "image")).to(device), dim=-1)
-        protos = F.normalize(torch.from_numpy(self._project_rows(p_np, "text")).to(device), dim=-1)
-        labels = None if codes is None else torch.from_numpy(codes).to(device)
-
-        self.n_features_in_ = d_img
-        self.classes_ = labels_of
-        self.text_prototypes_ = protos.cpu().numpy()
-        if labels is None:
+        if previous is None:
+            matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed)
+        else:
+            matrix, side, kind = previous.projection_, previous.projection_side_, previous.projection_kind_
+        x = F.normalize(torch.from_numpy(project_rows(x_np, "image", matrix, side)).to(device), dim=-1)
+        protos = F.normalize(torch.from_numpy(project_rows(p_np, "text", matrix, side)).to(device), dim=-1)
+        text_prototypes = protos.cpu().numpy()
+        if codes is None:
             self._check_unsupervised_options()
         # counts every refinement step, held-out fold runs included; its rate is the mean since the
         # first step (smoothing=0), so its estimate does not swing with the checkpoints' scoring
         bar = tqdm(total=0, desc="LFA fit", unit="step", smoothing=0, disable=not self.verbose, leave=False)
+        shared = dict(config=self.refine_config(), seed=seed, generator=gen, coin=coin, progress=bar, previous=previous)
         try:
-            solve = fit_unsupervised if labels is None else fit_supervised
-            fitted = solve(self, x, labels, protos, seed=seed, generator=gen, coin=coin, warm=warm, progress=bar)
+            if codes is None:
+                state = solve_unsupervised(
+                    x, protos, beta=None if self.beta == "auto" else float(self.beta),
+                    steps=None if self.steps == "auto" else int(self.steps), n_rounds=self.n_rounds,
+                    sinkhorn_reg=self.sinkhorn_reg, cv_splits=self.cv_splits, cv_val_size=self.cv_val_size,
+                    mapping="average" if self.mapping == "average" else "task", **shared,
+                )
+            else:
+                counts = np.bincount(codes)
+                options = self._fit_options(int(counts[counts > 0].min()), affine_queries(kind, side), side is None,
+                                            previous)
+                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, asked=options, **shared)
         finally:
             bar.close()
-        for name, value in fitted.items():
-            setattr(self, name, value)
-        self.fit_seconds_ = time.perf_counter() - started
-        self.summary_ = self._summary()
+        state.classes_, state.n_features_in_, state.text_prototypes_ = labels_of, d_img, text_prototypes
+        state.projection_, state.projection_side_, state.projection_kind_ = matrix, side, kind
+        state.fit_seconds_ = time.perf_counter() - started
+        state.summary_ = summary_line(state, self.n_rounds)
+        self._set_fitted(state)
         if self.verbose:
             print(self.summary_, file=sys.stderr)
         return self
 
-    def _summary(self) -> str:
-        """One line: β, steps, options, held-out evidence, time."""
-        sel = self.selection_ or {}
-        runs = sel.get("runs") or 0
-        held_out = f" (+ {runs} held-out run(s) of {sel['horizon']})" if runs else ""
-        parts = [f"β={self.beta_:g} ({self.beta_selection_})", f"{self.steps_} steps{held_out}"]
-        kind = " (class means)" if self.support_kind_ == "mean" else ""
-        options = [f"λ={self.prototype_mix_:g}{kind}"] if self.prototype_mix_ else []
-        alone = self.prototype_mix_ == 1 and self.support_kind_ == "discriminant"  # averaged with itself
-        if getattr(self, "discriminant_weight_", None) and not alone:
-            options = options or ["λ=0"]
-            lowered = (self.selection_ or {}).get("blend_share") == BLEND_SHARE_OUTVOTED
-            why = ", lowered: it was significantly worse on held-out rows" if lowered else ""
-            options.append(f"averaged with the discriminant (weight {self.discriminant_weight_:.2f}{why})")
-        options += ["average map"] if self.mapping_ == "average" else []
-        options += ["centred"] if self.center_ else []
-        options += ["trained prototypes"] if self.refine_prototypes_ else []
-        parts.append(", ".join(options) if options else "paper's classifier")
-        if sel.get("accuracy") is not None:
-            ref = sel.get("reference")
-            versus = f" vs {100 * ref:.1f}% for the paper's classifier" if ref is not None else ""
-            chosen = sel.get("chosen_accuracy")
-            served = f" as served ({100 * chosen:.1f}% before the average)" if chosen is not None else ""
-            parts.append(f"held-out {100 * sel['accuracy']:.1f}%{served}{versus} ({sel['rows']} rows, "
-                         f"{sel['folds']} folds)")
-        elif self.step_trials_:
-            best = max(t[1] for t in self.step_trials_)
-            parts.append(f"held-out {100 * best:.1f}% ({len(self.step_trials_)} checkpoints)")
-        elif sel.get("how"):
-            parts.append(sel["how"])
-        if self.assignments_ is not None:
-            parts.append(f"unsupervised, {self.n_rounds} rounds")
-        parts.append(f"{self.fit_seconds_:.1f} s")
-        return "LFA fit: " + "; ".join(parts)
-
-    def _fit_projection(self, d_img: int, d_txt: int, seed: int) -> None:
-        self.projection_side_ = None
-        self.projection_ = None
-        self.projection_kind_ = None
+    def _fit_projection(self, d_img: int, d_txt: int, seed: int) -> tuple[np.ndarray | None, str | None, str | None]:
+        """The projection bridging differing widths: (matrix, side it maps, kind), all None for equal widths."""
         if d_img == d_txt:
-            return
+            return None, None, None
         if self.projection is False:
             raise DimensionMismatchError(
                 f"image embeddings have {d_img} dimensions but prototypes have {d_txt}; set projection='auto' "
@@ -479,17 +456,16 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         image_wider = d_img > d_txt
         if kind == "shrink":
             side, d_in, d_out = ("image", d_img, d_txt) if image_wider else ("text", d_txt, d_img)
-            self.projection_ = random_projection_matrix(d_in, d_out, seed)
-        else:
-            side, d_in, d_out = ("text", d_txt, d_img) if image_wider else ("image", d_img, d_txt)
-            self.projection_ = isometric_embedding_matrix(d_in, d_out, seed)
-        self.projection_side_ = side
-        self.projection_kind_ = kind
+            return random_projection_matrix(d_in, d_out, seed), side, kind
+        side, d_in, d_out = ("text", d_txt, d_img) if image_wider else ("image", d_img, d_txt)
+        return isometric_embedding_matrix(d_in, d_out, seed), side, kind
 
     def _projection_kind(self, d_img: int, d_txt: int) -> str:
         """How differing widths are bridged: "widen" or "shrink" (``projection="auto"``: "widen")."""
         return "widen" if self.projection == "auto" else str(self.projection)
 
-    def _affine_queries(self) -> bool:
-        """Whether queries reach W by an affine map (needed for centring and class biases)."""
-        return not (self.projection_kind_ == "shrink" and self.projection_side_ == "image")
+
+def affine_queries(projection_kind: str | None, projection_side: str | None) -> bool:
+    """Whether queries reach W by an affine map (needed for centring and class biases): not when the
+    image rows are projected down and normalised."""
+    return not (projection_kind == "shrink" and projection_side == "image")

@@ -3,8 +3,8 @@
 :class:`AlignedClassifierMixin` holds the query side of :class:`~lfa_index.core.estimator.LFA`:
 a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` and class c scores
 ``(z·q_c + b_c)/||z||``, where ``q_c`` are ``prototypes_``, ``b_c`` ``intercept_`` and μ
-``feature_mean_`` (the aligned cosine when b = 0). Each fitted state is declared once
-(:data:`FITTED_ARRAYS`, :data:`FITTED_VALUES`) and saves and restores itself.
+``feature_mean_`` (the aligned cosine when b = 0). The fitted state is declared once
+(:class:`~lfa_index.core.state.FittedState`) and saves, checks and restores itself.
 """
 
 from __future__ import annotations
@@ -15,19 +15,8 @@ import numpy as np
 
 from ..arrays import CHUNK_ROWS, MAPPINGS, Mapping, l2_normalize
 from ..errors import DimensionMismatchError, NotFittedError
+from .state import FITTED_ARRAYS, FITTED_VALUES, FittedState, check_fitted_state
 from .validation import check_choice, check_embeddings, weighted_accuracy
-
-FITTED_ARRAYS: tuple[str, ...] = (
-    "W_", "W_tt_", "W_ema_", "W_avg_", "prototypes_", "intercept_", "text_prototypes_", "feature_mean_",
-    "refined_prototypes_", "projection_", "beta_scores_", "assignments_", "heldout_scores_",
-)
-"""Fitted attributes saved as arrays (None allowed: the array is then left out)."""
-FITTED_VALUES: tuple[str, ...] = (
-    "classes_", "n_features_in_", "beta_", "beta_selection_", "steps_", "step_trials_", "projection_side_",
-    "projection_kind_", "center_", "prototype_mix_", "support_kind_", "discriminant_weight_", "refine_prototypes_",
-    "mapping_", "selection_", "loss_curve_", "hubness_init_", "hubness_", "new_class_beta_", "summary_", "fit_seconds_",
-)
-"""Fitted attributes saved as JSON values."""
 
 
 class AlignedClassifierMixin:
@@ -49,10 +38,7 @@ class AlignedClassifierMixin:
         return {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
 
     def _project_rows(self, x: np.ndarray, side: str) -> np.ndarray:
-        """``normalize(x Rᵀ)`` on the side the projection bridges, else ``x`` (in ``x``'s float dtype)."""
-        if self.projection_side_ != side:
-            return x
-        return _unit(x @ np.asarray(self.projection_, dtype=x.dtype).T)
+        return project_rows(x, side, self.projection_, self.projection_side_)
 
     def _check_queries(self, X: Any, name: str = "X") -> np.ndarray:
         self._check_fitted()
@@ -152,8 +138,17 @@ class AlignedClassifierMixin:
         return weighted_accuracy(self.predict(X, mapping), y, sample_weight)
 
     # ------------------------------------------------------------------ state
+    def _fitted(self) -> FittedState:
+        """The fitted attributes as one :class:`FittedState`."""
+        return FittedState(**{name: getattr(self, name, None) for name in FITTED_ARRAYS + FITTED_VALUES})
+
+    def _set_fitted(self, state: FittedState) -> None:
+        """Set every field of ``state`` as this estimator's fitted attribute."""
+        for name in FITTED_ARRAYS + FITTED_VALUES:
+            setattr(self, name, getattr(state, name))
+
     def fitted_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The fitted state as (JSON-ready values, arrays), from the declared attribute lists.
+        """The fitted state as (JSON-ready values, arrays), from :class:`~lfa_index.core.state.FittedState`.
 
         :meth:`from_fitted_state` restores an equal estimator from them.
         """
@@ -165,16 +160,30 @@ class AlignedClassifierMixin:
 
     @classmethod
     def from_fitted_state(cls, params: dict[str, Any], values: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
-        """An estimator with constructor ``params`` and the fitted state written by :meth:`fitted_state`."""
+        """An estimator with constructor ``params`` and the fitted state written by :meth:`fitted_state`.
+
+        Raises :class:`~lfa_index.errors.InvalidParameterError` for parameters outside their
+        constraints and an :class:`~lfa_index.errors.InvalidInputError` (``ShapeError``,
+        ``NonFiniteError``, ``InputTypeError``) for a state no fit leaves: unknown option values,
+        arrays that are not float, not finite or of inconsistent shapes.
+        """
         fitted = cls(**params)
-        for name in FITTED_ARRAYS:
-            setattr(fitted, name, arrays.get(name))
-        for name in FITTED_VALUES:
-            setattr(fitted, name, values.get(name))
-        fitted.classes_ = np.asarray(values["classes_"])
-        if fitted.step_trials_ is not None:
-            fitted.step_trials_ = [tuple(t) for t in fitted.step_trials_]
+        fitted._validate_params()  # the estimator's own parameter constraints
+        state = FittedState(**{name: arrays.get(name) for name in FITTED_ARRAYS},
+                            **{name: values.get(name) for name in FITTED_VALUES})
+        state.classes_ = np.asarray(values["classes_"])
+        if state.step_trials_ is not None:
+            state.step_trials_ = [tuple(t) for t in state.step_trials_]
+        check_fitted_state(state)
+        fitted._set_fitted(state)
         return fitted
+
+
+def project_rows(x: np.ndarray, side: str, projection: np.ndarray | None, projection_side: str | None) -> np.ndarray:
+    """``normalize(x Rᵀ)`` when ``side`` is the one the projection R bridges, else ``x`` (in ``x``'s float dtype)."""
+    if projection_side != side:
+        return x
+    return _unit(x @ np.asarray(projection, dtype=x.dtype).T)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

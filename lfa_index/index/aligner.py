@@ -1,6 +1,6 @@
 """EmbeddingAligner: query a store of old-model embeddings with a new model, without re-embedding it.
 
-Fitting runs LFA's machinery in torch (:mod:`lfa_index.core.migration`, :mod:`lfa_index.core.matching`);
+Fitting runs LFA's machinery in torch (:mod:`lfa_index.core.solvers.migration`, :mod:`lfa_index.core.solvers.matching`);
 serving is numpy: one ``d_new × d_old`` map and a mean, saved in the index's safe format
 (:mod:`.aligner_format`).
 """
@@ -36,7 +36,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     by the old model answers queries embedded by the new one: ``z = normalize((x̂ − μ) W)``, one
     GEMV per query. Each pair is its own class (LFA's uni-modal setting): centring, (β-)Procrustes
     and ARerank refinement with in-batch negatives, the options and step count chosen on held-out
-    pairs (see :mod:`lfa_index.core.migration`).
+    pairs (see :mod:`lfa_index.core.solvers.migration`).
 
     Parameters
     ----------
@@ -178,9 +178,9 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             from tqdm.auto import tqdm
 
             from ..core.device import resolve_device
-            from ..core.matching import fit_unpaired
-            from ..core.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
-            from ..core.selection import generators
+            from ..core.solvers.matching import fit_unpaired
+            from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
+            from ..core.solvers.selection import generators
         except ImportError as err:
             raise MissingExtraError(
                 f"fitting an EmbeddingAligner needs torch ({err}); `pip install lfa-index` brings it (a saved "

@@ -37,7 +37,7 @@ from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError,
 from .classes import ClassTable, class_vectors, group_masks
 from .corpus import ID_LIMIT
 from .labels import LabelSpace
-from .maps import QueryMap, check_lfa, check_mapping, query_maps
+from .maps import QueryMap, check_mapping, query_maps
 
 INDEX_FORMAT = 1
 KIND = "aligned-index"
@@ -115,13 +115,15 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         doc, arr = documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {})
         _check_format(doc, params_file)
         lfa_params = {**doc["lfa"]["params"], **({} if device is None else {"device": device})}
-        lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
-        lfa = LFA.from_fitted_state(lfa_params, doc["lfa"]["state"], lfa_arrays)
+        state = doc["lfa"]["state"]
         params, corpus_doc = _params(doc["params"], device), doc["corpus"]
-        _check_scalars(lfa, doc["lfa"]["state"], params["lfa"])
+        for estimator in (LFA(**lfa_params), params["lfa"]):  # each within the estimator's own constraints
+            if estimator is not None:
+                validate_params(estimator.get_params(deep=False), LFA._parameter_constraints)
     with blame(arrays_file):
         _check_dtypes(arr)
-        check_lfa(lfa)
+        lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
+        lfa = LFA.from_fitted_state(lfa_params, state, lfa_arrays)  # checks the fitted state
         classes = _classes(arr, lfa)
         support = _array(arr, "support_embeddings", ndim=None)
         if support.ndim not in (2, 3) or support.shape[-1] != lfa.n_features_in_ or not len(support):
@@ -248,17 +250,6 @@ def _corpus(
     return index, ids, mapping, next_id, QueryMap(matrix, offset)
 
 
-def _check_scalars(lfa: LFA, state: dict[str, Any], lfa_param: LFA | None) -> None:
-    """Every parameter within the estimator's own constraints (a temperature of 0, NaN or -0.01 would make
-    ``predict_proba`` NaN or disagree with ``predict``), and every number of the fitted state finite."""
-    for estimator in (lfa, lfa_param):
-        if estimator is not None:
-            validate_params(estimator.get_params(deep=False), LFA._parameter_constraints)
-    for name, value in state.items():
-        if isinstance(value, float) and not np.isfinite(value):
-            raise ValueError(f"lfa.state.{name} is {value!r}, not a finite number")
-
-
 def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:
     for name, value in arrays.items():
         if value.dtype.kind not in "biuf":
@@ -268,17 +259,11 @@ def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:
 
 
 def _check_estimator_arrays(lfa: LFA, n_support: int) -> None:
-    """Shapes of the estimator's arrays that queries do not read (warm starts and rejection do)."""
-    d, n_classes = lfa.W_.shape[0], len(lfa.prototypes_)
-    expected = {
-        "W_ema_": (d, d), "text_prototypes_": (n_classes, d), "refined_prototypes_": (n_classes, d),
-        "heldout_scores_": (n_support,), "assignments_": (n_support, n_classes),
-    }
-    for name, shape in expected.items():
-        value = getattr(lfa, name, None)
-        if value is not None and (not isinstance(value, np.ndarray) or value.shape != shape):
-            got = value.shape if isinstance(value, np.ndarray) else type(value).__name__
-            raise ValueError(f"{LFA_PREFIX}{name} has shape {got}, expected {shape}")
+    """The estimator's per-support-row arrays (rejection and U-LFA read them) against the saved support."""
+    for name in ("heldout_scores_", "assignments_"):
+        value = getattr(lfa, name)
+        if value is not None and len(value) != n_support:
+            raise ValueError(f"{name} has shape {value.shape}, expected {n_support} rows (one per support row)")
 
 
 def _array(arrays: dict[str, np.ndarray], name: str, *, ndim: int | None = 2, shape: tuple[int, ...] | None = None,

@@ -1,7 +1,7 @@
 """The maps of a fitted LFA as raw queries see them: ``z = normalize(x̂ G + o)`` per mapping.
 
-This is where the index reads the LFA's maps and class vectors (and checks them when an index is
-loaded); the folding itself is in :mod:`.folding`.
+This is where the index reads the LFA's maps and class vectors (``LFA.from_fitted_state`` checks
+them when an index is loaded); the folding itself is in :mod:`.folding`.
 
 Example
 -------
@@ -66,44 +66,8 @@ def query_maps(lfa: Any) -> dict[str, QueryMap]:
     }
 
 
-def check_lfa(lfa: Any) -> None:
-    """Raise ValueError, saying what is wrong, unless the maps and class vectors the index reads
-    from a restored LFA have consistent shapes, float dtypes and finite values."""
-    n_in = lfa.n_features_in_
-    if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
-        raise ValueError(f"n_features_in_ must be a positive integer, got {n_in!r}")
-    side = lfa.projection_side_
-    if side not in (None, "image", "text"):
-        raise ValueError(f"projection_side_ must be None, 'image' or 'text', got {side!r}")
-    if not isinstance(lfa.center_, bool):
-        raise ValueError(f"center_ must be true or false, got {lfa.center_!r}")
-    w = _float_array(lfa.W_, "W_", ndim=2)
-    d = w.shape[0]
-    for name, value in (("W_", w), ("W_tt_", lfa.W_tt_), ("W_avg_", lfa.W_avg_)):
-        _float_array(value, name, shape=(d, d))
-    if side == "image":
-        _float_array(lfa.projection_, "projection_", shape=(d, n_in))
-    elif d != n_in:
-        raise ValueError(f"W_ is {d}×{d} but the image embeddings are {n_in}-d and projection_side_ is {side!r}")
-    _float_array(lfa.feature_mean_, "feature_mean_", shape=(d,))
-    n_classes = len(np.asarray(lfa.classes_))
-    _float_array(lfa.prototypes_, "prototypes_", shape=(n_classes, d))
-    _float_array(lfa.intercept_, "intercept_", shape=(n_classes,))
-
-
 def check_mapping(mapping: Any) -> str:
     """``mapping`` if it names a map, else ValueError."""
     if mapping not in MAPPINGS:
         raise ValueError(f"mapping must be one of {list(MAPPINGS)}, got {mapping!r}")
     return mapping
-
-
-def _float_array(value: Any, name: str, *, ndim: int | None = None, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
-        kind = type(value).__name__ if not isinstance(value, np.ndarray) else f"a {value.dtype} array"
-        raise ValueError(f"{name} must be a float array, got {kind}")
-    if (ndim is not None and value.ndim != ndim) or (shape is not None and value.shape != shape):
-        raise ValueError(f"{name} has shape {value.shape}, expected {shape or f'{ndim} dimensions'}")
-    if not np.isfinite(value).all():
-        raise ValueError(f"{name} holds NaN or infinite values")
-    return value

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..core.metrics import true_prototype_rank
-from ..core.procrustes import beta_procrustes, orthogonal_procrustes
 from ..core.projection import project
+from ..core.solvers.metrics import true_prototype_rank
+from ..core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
 from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 from ..index import AlignedIndex
 

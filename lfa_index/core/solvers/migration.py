@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 from sklearn.model_selection import KFold
 
+from ..config import RefineConfig
 from .beta import significantly_better
-from .config import RefineConfig
 from .loss import arerank_loss
 from .procrustes import beta_procrustes
 from .refine import Progress, cosine_learning_rates, dropout_mask
@@ -186,7 +186,7 @@ def refine_pairs(
     """ARerank refinement of ``w_init`` with each pair its own class and in-batch negatives.
 
     Each step draws ``min(batch_pairs, n · batch_fraction)`` pairs, perturbs their new rows
-    (``x_new``, centred as served) as :func:`~lfa_index.core.refine.refine` does (noise or dropout,
+    (``x_new``, centred as served) as :func:`~lfa_index.core.solvers.refine.refine` does (noise or dropout,
     each with probability ½), and minimises the ARerank loss of ``batch @ W`` against the batch's
     own old rows (unit, the prototypes). AdamW under the cosine schedule of ``horizon`` steps
     (default ``steps``), so a shorter run is the start of a longer one. Returns ``(W, loss per step)``.

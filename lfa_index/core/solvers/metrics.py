@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import row_blocks
+from ..config import row_blocks
 
 
 def true_prototype_rank(aligned: torch.Tensor, prototypes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

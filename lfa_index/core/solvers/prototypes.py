@@ -16,7 +16,7 @@ The classifier stays a nearest-vector search: ``[z, 1]·[q_c, b_c]``.
 :func:`blend_with_discriminant` averages a chosen hybrid with the discriminant alone (λ = 1), each
 classifier's scores standardised on the support rows: the default serves that average, a hedge
 against a λ picked by the noise of a few hundred held-out rows (see
-:mod:`~lfa_index.core.selection` for the discriminant's share).
+:mod:`~lfa_index.core.solvers.selection` for the discriminant's share).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .config import BLEND_SHARE, row_blocks
+from ..config import BLEND_SHARE, row_blocks
 
 SupportKind = Literal["mean", "discriminant"]
 

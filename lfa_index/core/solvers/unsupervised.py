@@ -2,37 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..config import RefineConfig
+from ..state import FittedState
 from .beta import BetaChoice, select_beta
-from .config import RefineConfig
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, refine
 from .selection import PAPER_CHECKPOINTS, select_paper_steps
 from .sinkhorn import sinkhorn_assignments
-from .supervised import first_view
+from .supervised import first_view, to_numpy
 
 
-@dataclass
-class UnsupervisedFit:
-    """What :func:`fit_unsupervised` learnt."""
-
-    W: torch.Tensor
-    W_ema: torch.Tensor
-    beta: BetaChoice
-    steps: int
-    step_trials: list[tuple[int, float, float]] | None
-    assignments: torch.Tensor  # (N, C) soft assignments under the final map
-    loss_curve: list[float] = field(default_factory=list)
-    hubness_init: float = 0.0
-    hubness: float = 0.0
-
-
-def fit_unsupervised(
+def solve_unsupervised(
     x: torch.Tensor,
     prototypes: torch.Tensor,
     *,
@@ -46,16 +31,19 @@ def fit_unsupervised(
     seed: int,
     generator: torch.Generator,
     coin: torch.Generator,
+    mapping: str = "task",
     progress: Progress | None = None,
-    warm: tuple[torch.Tensor, float] | None = None,
-) -> UnsupervisedFit:
+    previous: FittedState | None = None,
+) -> FittedState:
     """U-LFA on L2-normalised rows: β-Procrustes on Sinkhorn pseudo-labels, then ``n_rounds`` of
     (re-assign by Sinkhorn, refine). ``steps=None`` picks the count on the first round's labels;
-    ``warm`` = (W, β) continues from a previous map."""
+    ``previous`` continues from a previous fit's task map and β. ``mapping`` ("task" or
+    "average") is the map served to the fitted classes."""
     x0 = first_view(x)
     pseudo = sinkhorn_assignments(x0, prototypes, reg=sinkhorn_reg).argmax(dim=1)
-    if warm is not None:
-        w, choice = warm[0], BetaChoice(warm[1], "warm-start")
+    if previous is not None:
+        w = torch.as_tensor(previous.task_map(), device=x.device)
+        choice = BetaChoice(float(previous.beta_), "warm-start")
     else:
         if beta is not None:
             choice = BetaChoice(float(beta), "fixed")
@@ -84,8 +72,16 @@ def fit_unsupervised(
                         progress=progress)
         w = result.W
     assignments = sinkhorn_assignments(F.normalize(x0 @ w, dim=1), prototypes, reg=sinkhorn_reg)
-    return UnsupervisedFit(
-        W=result.W, W_ema=result.W_tt, beta=choice, steps=int(steps), step_trials=trials, assignments=assignments,
-        loss_curve=result.loss_curve, hubness_init=hubness_init,
-        hubness=hubness(F.normalize(x0 @ w, dim=1), prototypes, assignments.argmax(dim=1)),
+    hubness_final = hubness(F.normalize(x0 @ w, dim=1), prototypes, assignments.argmax(dim=1))
+    task, ema = to_numpy(result.W), to_numpy(result.W_tt)
+    average = (task + ema) / 2
+    return FittedState(
+        W_=average if mapping == "average" else task, W_tt_=ema, W_ema_=ema, W_avg_=average,
+        prototypes_=to_numpy(prototypes), intercept_=np.zeros(prototypes.shape[0], dtype=np.float32),
+        feature_mean_=np.zeros(task.shape[0], dtype=np.float32), refined_prototypes_=None,
+        center_=False, refine_prototypes_=False, prototype_mix_=0.0, support_kind_=None, mapping_=mapping,
+        beta_=choice.beta, beta_selection_=choice.how, beta_scores_=choice.scores, new_class_beta_=None,
+        steps_=int(steps), step_trials_=trials, selection_=None, heldout_scores_=None, discriminant_weight_=None,
+        loss_curve_=result.loss_curve, hubness_init_=hubness_init, hubness_=hubness_final,
+        assignments_=to_numpy(assignments),
     )

@@ -3,9 +3,9 @@
 **The default** (:func:`cross_fitted_evidence` then :func:`choose`). The support is cut into ``K``
 class-stratified folds (:attr:`RefineConfig.folds`). For each fold, *one* refinement run on the
 other folds follows the schedule of the final fit (``horizon`` steps, see
-:func:`~lfa_index.core.refine.refine`), and at every checkpoint (0, 25, 50, ... steps) every
+:func:`~lfa_index.core.solvers.refine.refine`), and at every checkpoint (0, 25, 50, ... steps) every
 classifier the run can serve is scored on the held-out fold: the task map or the average of the two
-maps, times every prototype mix λ (see :mod:`~lfa_index.core.prototypes`). Every support row is thus
+maps, times every prototype mix λ (see :mod:`~lfa_index.core.solvers.prototypes`). Every support row is thus
 held out exactly once, and a whole grid of (steps, map, λ) candidates costs ``K`` runs of
 ``(K−1)/K`` of the rows. The final fit replays the same schedule on all rows and stops at the chosen
 step, so each candidate was scored as the final fit will produce it. Variants that need runs of
@@ -19,7 +19,7 @@ steps and λ in a paired sign test on the held-out rows, or it stays off.
 
 **The served classifier** (``blend=True``, the default's "auto" mix). The chosen candidate is
 served as the average of its standardised scores and those of the discriminant alone
-(:func:`~lfa_index.core.prototypes.blend_with_discriminant`): a hedge against a λ that the noise
+(:func:`~lfa_index.core.solvers.prototypes.blend_with_discriminant`): a hedge against a λ that the noise
 of a few hundred held-out rows picked. The discriminant's share is ½ (:data:`BLEND_SHARE`),
 or ¼ (:data:`BLEND_SHARE_OUTVOTED`) when the held-out rows show the discriminant alone
 significantly worse than the choice (the paired sign test of the options, same steps and map):
@@ -51,8 +51,8 @@ import torch
 import torch.nn.functional as F
 from sklearn.model_selection import StratifiedKFold
 
+from ..config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig, row_blocks  # noqa: F401
 from .beta import significantly_better
-from .config import BLEND_SHARE, BLEND_SHARE_OUTVOTED, MIX_GRID, RefineConfig, row_blocks  # noqa: F401
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import (
@@ -111,7 +111,7 @@ class Candidate:
     steps: int
     mapping: str
     mix: float
-    kind: str = "discriminant"  # the support prototypes mixed in (see :mod:`~lfa_index.core.prototypes`)
+    kind: str = "discriminant"  # the support prototypes mixed in (see :mod:`~lfa_index.core.solvers.prototypes`)
 
 
 @dataclass

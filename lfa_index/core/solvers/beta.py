@@ -28,8 +28,8 @@ import torch
 from scipy.stats import binomtest, norm
 from sklearn.model_selection import KFold
 
-from . import config
-from .config import row_blocks
+from .. import config
+from ..config import row_blocks
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 
 BETA_GRID: tuple[float, ...] = tuple(float(b) for b in np.round(np.linspace(0.0, 1.0, 21), 2))

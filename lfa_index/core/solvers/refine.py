@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
-from .config import RefineConfig
+from ..config import RefineConfig
 from .loss import arerank_loss
 
 

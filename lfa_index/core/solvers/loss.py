@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .config import row_blocks
+from ..config import row_blocks
 
 
 class _PickedCosines(torch.autograd.Function):

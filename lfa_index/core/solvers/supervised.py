@@ -1,23 +1,25 @@
 """Supervised LFA (paper section 4.4, Algorithm 1) and the options beyond it: one fit path.
 
-:func:`fit_supervised` runs β-Procrustes then ARerank refinement. What the caller leaves at
-"auto" is chosen on the support set alone (:mod:`~lfa_index.core.beta` for β,
-:mod:`~lfa_index.core.selection` for the step count and the options). With every option off and
+:func:`solve_supervised` runs β-Procrustes then ARerank refinement. What the caller leaves at
+"auto" is chosen on the support set alone (:mod:`~lfa_index.core.solvers.beta` for β,
+:mod:`~lfa_index.core.solvers.selection` for the step count and the options). With every option off and
 ``keep_zero_shot=False`` it is the paper's algorithm: the text prototypes as the classifier, β by
 random-split CV, one full cosine run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import InvalidInputError
-from .beta import BetaChoice, NewClassMap, select_beta, select_new_class_map
-from .config import RefineConfig
+from ...errors import InvalidInputError
+from ..config import FitOptions, RefineConfig
+from ..state import FittedState
+from .beta import BetaChoice, identity_is_informative, select_beta, select_new_class_map
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, fused_adamw_supported, refine
@@ -47,32 +49,8 @@ CENTRING_MIN_NORM = 1e-3
 
 
 @dataclass(frozen=True)
-class Asked:
-    """What the estimator's parameters ask for; a tuple of more than one value means "choose"."""
-
-    beta: float | None  # None: cross-validated
-    steps: int | None  # None: chosen on held-out rows
-    mixes: tuple[float, ...]
-    mappings: tuple[str, ...]
-    centers: tuple[bool, ...]
-    refines: tuple[bool, ...]
-    kinds: tuple[str, ...]  # support prototypes to try: "discriminant" and/or "mean"
-    keep_zero_shot: bool
-    new_class_map: str  # "auto" (class-disjoint β) or "ema" (the paper's W_tt)
-    cv_splits: int
-    cv_val_size: float
-    blend: bool = False  # serve a held-out choice averaged with the discriminant (selection.served_classifier)
-
-    @property
-    def paper_classifier(self) -> bool:
-        """Only the paper's classifier can come out (text prototypes, task map, no variant)."""
-        return self.mixes == (0.0,) and self.mappings == ("task",) and self.centers == (False,) \
-            and self.refines == (False,)
-
-
-@dataclass(frozen=True)
 class Warm:
-    """The previous fit a warm start continues from."""
+    """The previous fit a warm start continues from (its state as tensors on the fit's device)."""
 
     W: torch.Tensor  # task map
     W_ema: torch.Tensor
@@ -82,28 +60,19 @@ class Warm:
     candidate: Candidate
     blend_share: float | None = None  # the discriminant's share in the previous fit's served average (None: none)
 
-
-@dataclass
-class SupervisedFit:
-    """Everything :func:`fit_supervised` learnt (tensors on the fit's device)."""
-
-    W: torch.Tensor  # map serving the fitted classes (task map or average)
-    W_task: torch.Tensor
-    W_ema: torch.Tensor  # the paper's W_tt: moving average of W over the first half of the schedule
-    W_new: torch.Tensor  # map for classes added from text alone
-    prototypes: torch.Tensor
-    intercept: torch.Tensor
-    refined_prototypes: torch.Tensor | None
-    feature_mean: torch.Tensor
-    beta: BetaChoice
-    new_class_beta: NewClassMap | None
-    candidate: Candidate
-    selection: Selection | None
-    step_trials: list[tuple[int, float, float]] | None
-    discriminant_weight: float | None = None  # weight of the discriminant in the served average (None: no average)
-    loss_curve: list[float] = field(default_factory=list)
-    hubness_init: float = 0.0
-    hubness: float = 0.0
+    @classmethod
+    def of(cls, previous: FittedState, device: torch.device) -> "Warm":
+        """The warm start of a previous fitted state."""
+        return cls(
+            W=torch.as_tensor(previous.task_map(), device=device),
+            W_ema=torch.as_tensor(previous.W_ema_, device=device),
+            mean=torch.as_tensor(previous.feature_mean_, device=device), beta=float(previous.beta_),
+            steps=int(previous.steps_),
+            candidate=Candidate(Variant(bool(previous.center_), bool(previous.refine_prototypes_)),
+                                int(previous.steps_), previous.mapping_, float(previous.prototype_mix_),
+                                previous.support_kind_ or "discriminant"),
+            blend_share=previous.blend_share(),
+        )
 
 
 def first_view(x: torch.Tensor) -> torch.Tensor:
@@ -111,7 +80,7 @@ def first_view(x: torch.Tensor) -> torch.Tensor:
     return x[:, 0] if x.ndim == 3 else x
 
 
-def choose_beta(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: Asked,
+def choose_beta(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions,
                 informative: bool, seed: int) -> BetaChoice:
     """β as asked: fixed, or by CV (with the zero-shot guard when ``asked.keep_zero_shot``)."""
     if asked.beta is not None:
@@ -120,7 +89,7 @@ def choose_beta(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
                        n_splits=asked.cv_splits, val_size=asked.cv_val_size, random_state=seed)
 
 
-def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: Asked, informative: bool,
+def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions, informative: bool,
                  seed: int, mean: torch.Tensor, warm: Warm | None) -> dict[bool, tuple[Rows, BetaChoice]]:
     """The support rows (and their β) without and/or with centring, as far as ``asked.centers`` needs."""
     out = {}
@@ -142,24 +111,28 @@ def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
     return out
 
 
-def fit_supervised(
+def solve_supervised(
     x: torch.Tensor,
     labels: torch.Tensor,
     prototypes: torch.Tensor,
     *,
-    asked: Asked,
+    asked: FitOptions,
     config: RefineConfig,
-    identity_informative: bool,
     seed: int,
     generator: torch.Generator,
     coin: torch.Generator,
     progress: Any = None,
-    warm: Warm | None = None,
-) -> SupervisedFit:
-    """Fit the map and the classifier on L2-normalised rows ``x`` (n, d) or (n, V, d)."""
+    previous: FittedState | None = None,
+) -> FittedState:
+    """Fit the map and the classifier on L2-normalised rows ``x`` (n, d) or (n, V, d), from β-Procrustes
+    or, for a warm start, from the ``previous`` fitted state."""
     device = x.device
     n_classes = prototypes.shape[0]
     x0 = first_view(x)
+    warm = None if previous is None else Warm.of(previous, device)
+    # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
+    identity_informative = asked.same_space and (asked.keep_zero_shot or asked.new_class_map == "auto") \
+        and identity_is_informative(x0, labels, prototypes)
     mean = x0.mean(dim=0) if warm is None or not warm.candidate.variant.center else warm.mean
     rows = variant_rows(x, labels, prototypes, asked, identity_informative, seed, mean, warm)
     plain = Variant(asked.centers[0] if len(asked.centers) == 1 else False,
@@ -239,18 +212,35 @@ def fit_supervised(
         new_beta = select_new_class_map(fit0, labels, prototypes, random_state=seed,
                                         identity_informative=identity_informative and not candidate.variant.center)
         w_new = new_beta.W
-    return SupervisedFit(
-        W=served_map, W_task=result.W, W_ema=result.W_tt, W_new=w_new, prototypes=vectors, intercept=bias,
-        refined_prototypes=result.prototypes,
-        feature_mean=mean if candidate.variant.center else torch.zeros_like(mean),
-        beta=beta, new_class_beta=new_beta, candidate=candidate, selection=selection, step_trials=step_trials,
-        discriminant_weight=weight, loss_curve=result.loss_curve,
-        hubness_init=hubness(F.normalize(fit0 @ w_init, dim=1), prototypes, labels),
-        hubness=hubness(F.normalize(fit0 @ served_map, dim=1), prototypes, labels),
+    hubness_init = hubness(F.normalize(fit0 @ w_init, dim=1), prototypes, labels)
+    hubness_final = hubness(F.normalize(fit0 @ served_map, dim=1), prototypes, labels)
+    heldout = None if selection is None else selection.heldout_scores
+    return FittedState(
+        W_=to_numpy(served_map), W_tt_=to_numpy(w_new), W_ema_=to_numpy(result.W_tt),
+        W_avg_=to_numpy((result.W + result.W_tt) / 2),
+        prototypes_=to_numpy(vectors), intercept_=to_numpy(bias), refined_prototypes_=to_numpy(result.prototypes),
+        feature_mean_=to_numpy(mean if candidate.variant.center else torch.zeros_like(mean)),
+        center_=candidate.variant.center, refine_prototypes_=candidate.variant.refine_prototypes,
+        prototype_mix_=candidate.mix, support_kind_=candidate.kind, mapping_=candidate.mapping, steps_=candidate.steps,
+        beta_=beta.beta, beta_selection_=beta.how, beta_scores_=beta.scores,
+        new_class_beta_=None if new_beta is None else new_beta.beta, step_trials_=step_trials,
+        selection_=None if selection is None else {
+            **selection.as_dict(), "new_class_map": asked.new_class_map,
+            "new_class_beta": None if new_beta is None else new_beta.beta,
+            "new_class_beta_selection": None if new_beta is None else new_beta.how,
+        },
+        heldout_scores_=None if heldout is None else np.asarray(heldout, dtype=np.float32),
+        discriminant_weight_=weight, loss_curve_=result.loss_curve, hubness_init_=hubness_init,
+        hubness_=hubness_final, assignments_=None,
     )
 
 
-def _paper_steps(source: Rows, labels: torch.Tensor, prototypes: torch.Tensor, asked: Asked, config: RefineConfig,
+def to_numpy(t: torch.Tensor | None) -> np.ndarray | None:
+    """A tensor (or None) as a numpy array on the CPU."""
+    return None if t is None else t.detach().cpu().numpy()
+
+
+def _paper_steps(source: Rows, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions, config: RefineConfig,
                  seed: int, progress: Progress | None) -> tuple[Candidate, int, list[tuple[int, float, float]] | None]:
     """The paper's classifier: a fixed step count, or one held-out run (a full cosine run follows)."""
     plain = Variant(False, False)
