@@ -1,15 +1,22 @@
-"""scikit-learn's estimator bases, or small stand-ins where only the serving stack is installed.
+"""scikit-learn's estimator bases and parameter constraints, or small stand-ins where only the serving
+stack is installed.
 
 Fitting needs scikit-learn (and torch); answering queries with a saved index needs neither. In an
 environment holding only numpy, faiss-cpu and safetensors the estimators are built on the
 stand-ins below, which keep the parameter protocol (``get_params``/``set_params``, nested
-``name__param``) and nothing else.
+``name__param``) and the constraint objects of ``sklearn.utils._param_validation`` (``Interval``,
+``Options``, ``StrOptions`` and ``validate_parameter_constraints``, with the same messages), and
+nothing else.
 """
 
 from __future__ import annotations
 
 import inspect
+import operator
+from numbers import Integral, Real
 from typing import Any
+
+import numpy as np
 
 try:
     from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin, clone
@@ -69,4 +76,85 @@ except ImportError:  # a serving-only environment
         return type(estimator)(**params)
 
 
-__all__ = ["BaseEstimator", "ClassifierMixin", "TransformerMixin", "clone"]
+try:
+    from sklearn.utils._param_validation import (
+        Interval,
+        InvalidParameterError,
+        Options,
+        StrOptions,
+        validate_parameter_constraints,
+    )
+except ImportError:  # a serving-only environment: the constraints the package's tables use
+    from .errors import InvalidParameterError  # type: ignore[assignment]  # bases as scikit-learn's
+
+    class Options:  # type: ignore[no-redef]
+        """Instances of ``type`` among ``options``."""
+
+        def __init__(self, type: type, options: set[Any]) -> None:
+            self.type, self.options = type, options
+
+        def is_satisfied_by(self, val: Any) -> bool:
+            return isinstance(val, self.type) and val in self.options
+
+        def __str__(self) -> str:
+            name = self.type.__qualname__ if self.type.__module__ == "builtins" else self.type.__name__
+            return f"a {name} among {{{', '.join(repr(o) for o in self.options)}}}"
+
+    class StrOptions(Options):  # type: ignore[no-redef]
+        """Strings among ``options``."""
+
+        def __init__(self, options: set[str]) -> None:
+            super().__init__(str, options)
+
+    class Interval:  # type: ignore[no-redef]
+        """Numbers of ``type`` (``Integral`` or ``Real``) between ``left`` and ``right`` (None: unbounded)."""
+
+        def __init__(self, type: type, left: float | None, right: float | None, *, closed: str) -> None:
+            self.type, self.left, self.right, self.closed = type, left, right, closed
+
+        def __contains__(self, val: Any) -> bool:
+            if not isinstance(val, Integral) and np.isnan(val):
+                return False
+            below = operator.lt if self.closed in ("left", "both") else operator.le
+            above = operator.gt if self.closed in ("right", "both") else operator.ge
+            left = -np.inf if self.left is None else self.left
+            right = np.inf if self.right is None else self.right
+            return not below(val, left) and not above(val, right)
+
+        def is_satisfied_by(self, val: Any) -> bool:
+            return isinstance(val, self.type) and val in self
+
+        def __str__(self) -> str:
+            integer = self.type is Integral
+            left = "-inf" if self.left is None else self.left if integer else float(self.left)
+            right = "inf" if self.right is None else self.right if integer else float(self.right)
+            return (f"{'an int' if integer else 'a float'} in the range {'[' if self.closed in ('left', 'both') else '('}"
+                    f"{left}, {right}{']' if self.closed in ('right', 'both') else ')'}")
+
+    class _InstancesOf:
+        """Instances of ``type``; ``None`` stands for the value None itself."""
+
+        def __init__(self, type: type | None) -> None:
+            self.type = type
+
+        def is_satisfied_by(self, val: Any) -> bool:
+            return val is None if self.type is None else isinstance(val, self.type)
+
+        def __str__(self) -> str:
+            return "None" if self.type is None else f"an instance of {self.type.__qualname__!r}"
+
+    def validate_parameter_constraints(parameter_constraints: dict[str, list[Any]], params: dict[str, Any],
+                                       caller_name: str) -> None:  # type: ignore[no-redef]
+        """Raise :class:`InvalidParameterError` unless each parameter meets one of its constraints."""
+        for name, value in params.items():
+            constraints = [c if hasattr(c, "is_satisfied_by") else _InstancesOf(c)
+                           for c in parameter_constraints.get(name, ())]
+            if constraints and not any(c.is_satisfied_by(value) for c in constraints):
+                described = " or ".join(filter(None, [", ".join(str(c) for c in constraints[:-1]),
+                                                      str(constraints[-1])]))
+                raise InvalidParameterError(
+                    f"The {name!r} parameter of {caller_name} must be {described}. Got {value!r} instead.")
+
+
+__all__ = ["BaseEstimator", "ClassifierMixin", "Interval", "InvalidParameterError", "Options", "StrOptions",
+           "TransformerMixin", "clone", "validate_parameter_constraints"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
+from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from .projection import isometric_embedding_matrix, random_projection_matrix
 from .serving import AlignedClassifierMixin, project_rows
 from .state import FittedState, summary_line
 from .targets import encode_targets
-from .validation import Interval, check_embeddings, fit_or_restore, validate_params
+from .validation import BOOLEAN, Interval, StrOptions, check_embeddings, fit_or_restore, options, validate_params
 
 _DEFAULT = RefineConfig()
 PROJECTIONS = ("auto", "widen", "shrink", False)
@@ -185,34 +186,34 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     """
 
     _parameter_constraints: dict[str, list[Any]] = {
-        "beta": [("auto",), Interval(0.0, 1.0)],
-        "steps": [("auto",), Interval(0, None, integer=True)],
-        "projection": [PROJECTIONS],
-        "prototype_mix": [("auto",), Interval(0.0, 1.0)],
-        "support_prototypes": [("auto",) + SUPPORT_KINDS],
-        "refine_prototypes": [("auto", "held-out", True, False)],
-        "center": [("auto", True, False)],
-        "mapping": [("auto",) + CLASS_MAPPINGS],
-        "keep_zero_shot": [(True, False)],
-        "new_class_map": [("auto", "ema")],
-        "k": [Interval(1, None, integer=True)],
-        "margin_scale": [Interval(0.0, None, closed="right")],
-        "lr": [Interval(0.0, None, closed="right")],
-        "weight_decay": [Interval(0.0, None)],
-        "final_lr": [Interval(0.0, None)],
-        "noise_std": [Interval(0.0, None)],
-        "dropout": [Interval(0.0, 1.0, closed="left")],
-        "batch_fraction": [Interval(0.0, 1.0, closed="right")],
-        "cv_splits": [Interval(1, None, integer=True)],
-        "cv_val_size": [Interval(0.0, 1.0, closed="neither")],
-        "n_rounds": [Interval(1, None, integer=True)],
-        "sinkhorn_reg": [Interval(0.0, None, closed="right")],
-        "temperature": [Interval(0.0, None, closed="right")],
-        "precision": [("float32", "bf16-mixed")],
-        "warm_start": [(True, False)],
+        "beta": [StrOptions({"auto"}), Interval(Real, 0.0, 1.0, closed="both")],
+        "steps": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
+        "projection": options(*PROJECTIONS),
+        "prototype_mix": [StrOptions({"auto"}), Interval(Real, 0.0, 1.0, closed="both")],
+        "support_prototypes": [StrOptions({"auto", *SUPPORT_KINDS})],
+        "refine_prototypes": [StrOptions({"auto", "held-out"}), BOOLEAN],
+        "center": [StrOptions({"auto"}), BOOLEAN],
+        "mapping": [StrOptions({"auto", *CLASS_MAPPINGS})],
+        "keep_zero_shot": [BOOLEAN],
+        "new_class_map": [StrOptions({"auto", "ema"})],
+        "k": [Interval(Integral, 1, None, closed="left")],
+        "margin_scale": [Interval(Real, 0.0, None, closed="neither")],
+        "lr": [Interval(Real, 0.0, None, closed="neither")],
+        "weight_decay": [Interval(Real, 0.0, None, closed="left")],
+        "final_lr": [Interval(Real, 0.0, None, closed="left")],
+        "noise_std": [Interval(Real, 0.0, None, closed="left")],
+        "dropout": [Interval(Real, 0.0, 1.0, closed="left")],
+        "batch_fraction": [Interval(Real, 0.0, 1.0, closed="right")],
+        "cv_splits": [Interval(Integral, 1, None, closed="left")],
+        "cv_val_size": [Interval(Real, 0.0, 1.0, closed="neither")],
+        "n_rounds": [Interval(Integral, 1, None, closed="left")],
+        "sinkhorn_reg": [Interval(Real, 0.0, None, closed="neither")],
+        "temperature": [Interval(Real, 0.0, None, closed="neither")],
+        "precision": [StrOptions({"float32", "bf16-mixed"})],
+        "warm_start": [BOOLEAN],
         "device": [str],
-        "random_state": [None, Interval(0, 2**32 - 1, integer=True)],  # numpy's seed range
-        "verbose": [(True, False)],
+        "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],  # numpy's seed range
+        "verbose": [BOOLEAN],
     }
     """What each parameter may be (checked at :meth:`fit`)."""
 
@@ -297,7 +298,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     # ------------------------------------------------------------------ parameters
     def _validate_params(self) -> None:
-        validate_params(self.get_params(deep=False), self._parameter_constraints)
+        validate_params(self.get_params(deep=False), self._parameter_constraints, type(self).__name__)
 
     def refine_config(self) -> RefineConfig:
         """The refinement settings of these parameters."""

@@ -7,12 +7,14 @@ they never modify their input. numpy only: answering queries needs no torch.
 
 from __future__ import annotations
 
-import numbers
-from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ..compat import Interval as _Interval
+from ..compat import InvalidParameterError as ConstraintError
+from ..compat import Options, StrOptions, validate_parameter_constraints
 from ..errors import (
     InputTypeError,
     InvalidInputError,
@@ -151,42 +153,6 @@ def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int) -> np.ndarray:
     return arr
 
 
-# --- parameter checks -------------------------------------------------------------------------
-
-def check_number(
-    value: Any,
-    name: str,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
-    integer: bool = False,
-) -> None:
-    """Raise :class:`InvalidParameterError` unless ``value`` is a real (or integer) number in range."""
-    kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise InvalidParameterError(
-            f"{name} must be {'an integer' if integer else 'a number'}, got {value!r} ({type(value).__name__})."
-        )
-    if not np.isfinite(float(value)):
-        raise InvalidParameterError(f"{name} must be finite, got {value!r}.")
-    too_low = low is not None and (value < low if low_inclusive else value <= low)
-    too_high = high is not None and (value > high if high_inclusive else value >= high)
-    if too_low or too_high:
-        lo = "-inf" if low is None else f"{low}"
-        hi = "inf" if high is None else f"{high}"
-        interval = f"{'[' if low_inclusive else '('}{lo}, {hi}{']' if high_inclusive else ')'}"
-        raise InvalidParameterError(f"{name} must lie in {interval}, got {value!r}.")
-
-
-def check_choice(value: Any, name: str, choices: Iterable[Any]) -> None:
-    """Raise :class:`InvalidParameterError` unless ``value`` is one of ``choices``."""
-    choices = list(choices)
-    if not any(value is c or (type(value) is type(c) and value == c) for c in choices):
-        raise InvalidParameterError(f"{name} must be one of {choices}, got {value!r}.")
-
-
 def check_ids(
     ids: Any, n_rows: int, *, per: str = "row", duplicate_error: type[InvalidInputError] = InvalidInputError
 ) -> np.ndarray:
@@ -208,67 +174,78 @@ def check_ids(
     return arr
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A parameter constraint: a number in ``[low, high]`` (``closed`` says which ends belong to it)."""
 
-    low: float | None = None
-    high: float | None = None
-    closed: str = "both"  # "both", "left", "right" or "neither"
-    integer: bool = False
+# --- parameter checks: scikit-learn's constraint objects (compat's stand-ins where it is absent) ---
 
-    def check(self, value: Any, name: str) -> None:
-        check_number(value, name, low=self.low, high=self.high, low_inclusive=self.closed in ("both", "left"),
-                     high_inclusive=self.closed in ("both", "right"), integer=self.integer)
+BOOLEAN = Options(bool, {False, True})
+"""True or False, and nothing else (not 0/1, not numpy's bool_)."""
 
 
-def validate_params(params: Mapping[str, Any], constraints: Mapping[str, Sequence[Any]]) -> None:
-    """Raise :class:`InvalidParameterError` unless every parameter meets one of its constraints.
+class Interval(_Interval):
+    """scikit-learn's ``Interval``, also refusing booleans and infinities (True is no count, inf no rate).
 
-    A constraint is an :class:`Interval`, a tuple of allowed values, ``None`` or a type (checked
-    with ``isinstance``), as in scikit-learn's ``_parameter_constraints`` tables.
+    >>> Interval(Integral, 1, None, closed="left").is_satisfied_by(True)
+    False
     """
-    for name, allowed in constraints.items():
-        value = params[name]
-        interval_error = None
-        for constraint in allowed:
-            if constraint is None:
-                if value is None:
-                    break
-            elif isinstance(constraint, tuple):
-                if any(value is c or (type(value) is type(c) and value == c) for c in constraint):
-                    break
-            elif isinstance(constraint, Interval):
-                try:
-                    constraint.check(value, name)
-                    break
-                except InvalidParameterError as err:
-                    interval_error = err
-            elif isinstance(value, constraint) and not isinstance(value, bool):
-                break
-        else:
-            if interval_error is not None and isinstance(value, numbers.Real) and not isinstance(value, bool):
-                raise interval_error
-            raise InvalidParameterError(f"{name} must be {_describe(allowed)}, got {value!r}.")
+
+    def is_satisfied_by(self, val: Any) -> bool:
+        return (not isinstance(val, bool) and super().is_satisfied_by(val)
+                and (isinstance(val, Integral) or bool(np.isfinite(val))))
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if self.type is Integral else text.replace("a float", "a finite float", 1)
 
 
-def _describe(allowed: Sequence[Any]) -> str:
-    parts = []
-    for constraint in allowed:
-        if constraint is None:
-            parts.append("None")
-        elif isinstance(constraint, tuple):
-            parts.append("one of " + ", ".join(repr(c) for c in constraint))
-        elif isinstance(constraint, Interval):
-            kind = "an integer" if constraint.integer else "a number"
-            lo = "-inf" if constraint.low is None else constraint.low
-            hi = "inf" if constraint.high is None else constraint.high
-            left = "[" if constraint.closed in ("both", "left") else "("
-            right = "]" if constraint.closed in ("both", "right") else ")"
-            parts.append(f"{kind} in {left}{lo}, {hi}{right}")
-        else:
-            parts.append(f"a {getattr(constraint, '__name__', constraint)}")
-    return " or ".join(parts)
+def validate_params(params: Mapping[str, Any], constraints: Mapping[str, Sequence[Any]], caller: str) -> None:
+    """scikit-learn's ``validate_parameter_constraints``: raise :class:`InvalidParameterError` (ours, a
+    ValueError and TypeError) unless every parameter of ``caller`` meets one of its constraints.
+
+    Constraints are those of ``_parameter_constraints`` tables: :class:`Interval`, ``StrOptions``,
+    ``Options``, ``None`` or a type.
+    """
+    try:
+        validate_parameter_constraints(dict(constraints), dict(params), caller_name=caller)
+    except ConstraintError as err:
+        raise InvalidParameterError(str(err)) from None
+
+
+def check_param(value: Any, name: str, constraints: Sequence[Any]) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` meets one of ``constraints`` (constraint objects)."""
+    if not any(c.is_satisfied_by(value) for c in constraints):
+        described = " or ".join(str(c) for c in constraints)
+        raise InvalidParameterError(f"{name} must be {described}, got {value!r}.")
+
+
+def check_number(
+    value: Any,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+    integer: bool = False,
+) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` is a finite real (or integer) number in range."""
+    closed = {(True, True): "both", (True, False): "left", (False, True): "right", (False, False): "neither"}
+    side = (low is not None and low_inclusive, high is not None and high_inclusive)  # no bound: an open end
+    check_param(value, name, [Interval(Integral if integer else Real, low, high, closed=closed[side])])
+
+
+def check_choice(value: Any, name: str, choices: Iterable[Any]) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` is one of ``choices`` (of the same type)."""
+    check_param(value, name, options(*choices))
+
+
+def options(*choices: Any) -> list[Any]:
+    """Constraints for a set of values: ``StrOptions`` for the strings, ``Options(type, ...)`` for the rest."""
+    strings = {c for c in choices if isinstance(c, str)}
+    others: dict[type, set[Any]] = {}
+    for c in choices:
+        if not isinstance(c, str):
+            others.setdefault(type(c), set()).add(c)
+    return ([StrOptions(strings)] if strings else []) + [Options(t, v) for t, v in others.items()]
 
 
 def weighted_accuracy(predicted: np.ndarray, truth: Any, sample_weight: Any) -> float:

@@ -14,7 +14,7 @@ import numpy as np
 from ..arrays import MAPPINGS, Mapping
 from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
-from ..core.validation import check_embeddings, check_number, validate_params, weighted_accuracy
+from ..core.validation import StrOptions, check_embeddings, check_number, validate_params, weighted_accuracy
 from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
 from .calibration import (
@@ -92,7 +92,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         "lfa": [LFA, None],
         "corpus_factory": [str],
         "corpus_params": [str, None],
-        "corpus_mapping": [MAPPINGS],
+        "corpus_mapping": [StrOptions(set(MAPPINGS))],
     }
 
     def __init__(
@@ -461,7 +461,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._lock = threading.RLock()
 
     def _check_params(self) -> None:
-        validate_params(self.get_params(deep=False), self._parameter_constraints)
+        validate_params(self.get_params(deep=False), self._parameter_constraints, type(self).__name__)
 
     def _check_fitted(self) -> None:
         if self._table is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..arrays import CHUNK_ROWS, l2_normalize
 from ..compat import BaseEstimator, TransformerMixin
 from ..core import LFA
 from ..core.config import RefineConfig
-from ..core.validation import Interval, check_embeddings, fit_or_restore, validate_params
+from ..core.validation import BOOLEAN, Interval, StrOptions, check_embeddings, check_param, fit_or_restore, validate_params
 from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError
 
 _DEFAULT = RefineConfig()
@@ -85,16 +86,16 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict[str, list[Any]] = {
-        "center": [("auto", True, False)],
-        "maps": [MAP_KINDS],
-        "steps": [("auto",), Interval(0, None, integer=True)],
+        "center": [StrOptions({"auto"}), BOOLEAN],
+        "maps": [StrOptions(set(MAP_KINDS))],
+        "steps": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         **{name: LFA._parameter_constraints[name] for name in REFINE_PARAMS},
-        "batch_pairs": [Interval(2, None, integer=True)],
-        "cv_folds": [Interval(2, None, integer=True)],
-        "n_rounds": [Interval(0, None, integer=True)],
+        "batch_pairs": [Interval(Integral, 2, None, closed="left")],
+        "cv_folds": [Interval(Integral, 2, None, closed="left")],
+        "n_rounds": [Interval(Integral, 0, None, closed="left")],
         "device": [str],
-        "random_state": [None, Interval(0, 2**32 - 1, integer=True)],
-        "verbose": [(True, False)],
+        "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],
+        "verbose": [BOOLEAN],
     }
 
     def __init__(
@@ -170,8 +171,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
     def _fit(self, X_new: Any, X_old: Any, paired: Any, queries: Any) -> "EmbeddingAligner":
         started = time.perf_counter()
-        validate_params(self.get_params(deep=False), self._parameter_constraints)
-        validate_params({"paired": paired}, {"paired": [(True, False)]})
+        validate_params(self.get_params(deep=False), self._parameter_constraints, type(self).__name__)
+        check_param(paired, "paired", [BOOLEAN])
         try:
             import torch
             import torch.nn.functional as F

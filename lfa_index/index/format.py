@@ -119,7 +119,7 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         params, corpus_doc = _params(doc["params"], device), doc["corpus"]
         for estimator in (LFA(**lfa_params), params["lfa"]):  # each within the estimator's own constraints
             if estimator is not None:
-                validate_params(estimator.get_params(deep=False), LFA._parameter_constraints)
+                validate_params(estimator.get_params(deep=False), LFA._parameter_constraints, "LFA")
     with blame(arrays_file):
         _check_dtypes(arr)
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
