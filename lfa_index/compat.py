@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -128,8 +128,9 @@ except ImportError:  # a serving-only environment: the constraints the package's
             integer = self.type is Integral
             left = "-inf" if self.left is None else self.left if integer else float(self.left)
             right = "inf" if self.right is None else self.right if integer else float(self.right)
-            return (f"{'an int' if integer else 'a float'} in the range {'[' if self.closed in ('left', 'both') else '('}"
-                    f"{left}, {right}{']' if self.closed in ('right', 'both') else ')'}")
+            opening = "[" if self.closed in ("left", "both") else "("
+            closing = "]" if self.closed in ("right", "both") else ")"
+            return f"{'an int' if integer else 'a float'} in the range {opening}{left}, {right}{closing}"
 
     class _InstancesOf:
         """Instances of ``type``; ``None`` stands for the value None itself."""

@@ -19,7 +19,15 @@ from ..arrays import CHUNK_ROWS, l2_normalize
 from ..compat import BaseEstimator, TransformerMixin
 from ..core import LFA
 from ..core.config import RefineConfig
-from ..core.validation import BOOLEAN, Interval, StrOptions, check_embeddings, check_param, fit_or_restore, validate_params
+from ..core.validation import (
+    BOOLEAN,
+    Interval,
+    StrOptions,
+    check_embeddings,
+    check_param,
+    fit_or_restore,
+    validate_params,
+)
 from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError
 
 _DEFAULT = RefineConfig()
