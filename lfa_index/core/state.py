@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputTypeError, InvalidInputError, NonFiniteError, ShapeError
+from ..errors import InvalidInputError, NonFiniteError, ShapeError
 from .config import BLEND_SHARE_OUTVOTED, CLASS_MAPPINGS, SUPPORT_KINDS
+from .validation import check_stored_array
 
 
 def _array(default: Any = None) -> Any:
@@ -103,44 +104,27 @@ def check_fitted_state(state: FittedState) -> None:
         value = getattr(state, f.name)
         if isinstance(value, float) and not np.isfinite(value):
             raise NonFiniteError(f"{f.name} is {value!r}, not a finite number")
-    w = _float_array(state.W_, "W_", ndim=2)
+    w = check_stored_array(state.W_, "W_", ndim=2)
     d = w.shape[0]
     for name in ("W_", "W_tt_", "W_avg_", "W_ema_"):
-        _float_array(getattr(state, name), name, shape=(d, d))
+        check_stored_array(getattr(state, name), name, shape=(d, d))
     side = state.projection_side_
     if side == "image":
-        _float_array(state.projection_, "projection_", shape=(d, n_in))
+        check_stored_array(state.projection_, "projection_", shape=(d, n_in))
     elif d != n_in:
         raise ShapeError(f"W_ is {d}×{d} but the image embeddings are {n_in}-d and projection_side_ is {side!r}")
     if side == "text":
-        _float_array(state.projection_, "projection_", ndim=2)
+        check_stored_array(state.projection_, "projection_", ndim=2)
         if state.projection_.shape[0] != d:
             raise ShapeError(f"projection_ has shape {state.projection_.shape}, expected ({d}, d_txt)")
     n_classes = len(np.asarray(state.classes_))
     for name, shape in (("feature_mean_", (d,)), ("prototypes_", (n_classes, d)), ("intercept_", (n_classes,)),
                         ("text_prototypes_", (n_classes, d))):
-        _float_array(getattr(state, name), name, shape=shape)
+        check_stored_array(getattr(state, name), name, shape=shape)
     for name, shape in (("refined_prototypes_", (n_classes, d)), ("assignments_", (None, n_classes)),
                         ("heldout_scores_", (None,)), ("beta_scores_", (None,))):
         if getattr(state, name) is not None:
-            _float_array(getattr(state, name), name, shape=shape)
-
-
-def _float_array(value: Any, name: str, *, ndim: int | None = None, shape: tuple[int | None, ...] | None = None
-                 ) -> np.ndarray:
-    """``value`` if it is a finite float array of ``ndim`` dimensions / ``shape`` (None: any length)."""
-    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
-        kind = type(value).__name__ if not isinstance(value, np.ndarray) else f"a {value.dtype} array"
-        raise InputTypeError(f"{name} must be a float array, got {kind}")
-    if shape is not None:
-        ndim = len(shape)
-    if (ndim is not None and value.ndim != ndim) or (
-            shape is not None and any(s is not None and s != v for s, v in zip(shape, value.shape))):
-        expected = tuple("N" if s is None else s for s in shape) if shape is not None else f"{ndim} dimensions"
-        raise ShapeError(f"{name} has shape {value.shape}, expected {expected}")
-    if not np.isfinite(value).all():
-        raise NonFiniteError(f"{name} holds NaN or infinite values")
-    return value
+            check_stored_array(getattr(state, name), name, shape=shape)
 
 
 def summary_line(state: FittedState, n_rounds: int) -> str:

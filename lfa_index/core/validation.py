@@ -175,6 +175,28 @@ def check_ids(
 
 
 
+def check_stored_array(value: Any, name: str, *, ndim: int | None = None,
+                       shape: tuple[int | None, ...] | None = None, kind: str = "f") -> np.ndarray:
+    """``value`` if it is a numpy array of dtype ``kind`` ("f" float, "iu" integer, "iub" integer or bool),
+    of ``ndim`` dimensions / ``shape`` (None: any length), finite when float: a restored array as a fit left it.
+
+    Raises :class:`InputTypeError`, :class:`ShapeError` or :class:`NonFiniteError`.
+    """
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kind:
+        got = type(value).__name__ if not isinstance(value, np.ndarray) else f"a {value.dtype} array"
+        wanted = {"f": "a float array", "iu": "an integer array"}.get(kind, "an integer or boolean array")
+        raise InputTypeError(f"{name} must be {wanted}, got {got}")
+    if shape is not None:
+        ndim = len(shape)
+    if (ndim is not None and value.ndim != ndim) or (
+            shape is not None and any(s is not None and s != v for s, v in zip(shape, value.shape))):
+        expected = tuple("N" if s is None else s for s in shape) if shape is not None else f"{ndim} dimensions"
+        raise ShapeError(f"{name} has shape {value.shape}, expected {expected}")
+    if kind == "f" and not np.isfinite(value).all():
+        raise NonFiniteError(f"{name} holds NaN or infinite values")
+    return value
+
+
 # --- parameter checks: scikit-learn's constraint objects (compat's stand-ins where it is absent) ---
 
 BOOLEAN = Options(bool, {False, True})

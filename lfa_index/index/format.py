@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import persistence
 from ..core import LFA
-from ..core.validation import validate_params
+from ..core.validation import check_stored_array, validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
 from .classes import ClassTable, class_vectors, group_masks
 from .corpus import ID_LIMIT
@@ -125,12 +125,13 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
         lfa = LFA.from_fitted_state(lfa_params, state, lfa_arrays)  # checks the fitted state
         classes = _classes(arr, lfa)
-        support = _array(arr, "support_embeddings", ndim=None)
+        support = check_stored_array(arr["support_embeddings"], "support_embeddings")
         if support.ndim not in (2, 3) or support.shape[-1] != lfa.n_features_in_ or not len(support):
             raise ValueError(f"support_embeddings has shape {support.shape}, not (N[, V], {lfa.n_features_in_})")
         support_labels = None
         if "support_labels" in arr:
-            support_labels = _array(arr, "support_labels", shape=(len(support),), kind="iu").astype(np.int64)
+            support_labels = check_stored_array(arr["support_labels"], "support_labels", shape=(len(support),),
+                                                kind="iu").astype(np.int64)
             if support_labels.min() < 0 or support_labels.max() >= len(classes["text"]):
                 raise ValueError(f"support_labels must lie in 0..{len(classes['text']) - 1}")
         _check_estimator_arrays(lfa, len(support))
@@ -212,14 +213,15 @@ def _check_format(doc: dict[str, Any], file: str) -> None:
 
 def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:
     """Text, flags, prototypes, biases, maps and checked folded prototypes of every class."""
-    text = _array(arrays, "text_embeddings", ndim=2)
+    text = check_stored_array(arrays["text_embeddings"], "text_embeddings", ndim=2)
     if lfa.transform_prototypes(text[:1]).shape[1] != lfa.prototypes_.shape[1]:
         raise ValueError(f"text_embeddings rows of {text.shape[1]} dimensions do not map to the estimator's space")
-    is_new = _array(arrays, "is_new_class", shape=(len(text),), kind="iub").astype(bool)
+    is_new = check_stored_array(arrays["is_new_class"], "is_new_class", shape=(len(text),), kind="iub").astype(bool)
     n_fitted = len(lfa.prototypes_)
     if n_fitted > len(text) or not is_new[n_fitted:].all():
         raise ValueError(f"the estimator has {n_fitted} classes for {len(text)} text_embeddings rows")
-    added = _array(arrays, "added_prototypes", shape=(len(text) - n_fitted, lfa.prototypes_.shape[1]))
+    added = check_stored_array(arrays["added_prototypes"], "added_prototypes",
+                               shape=(len(text) - n_fitted, lfa.prototypes_.shape[1]))
     prototypes, intercept = class_vectors(lfa, is_new, added)
     maps = query_maps(lfa)
     folded = _check_folded(arrays, maps, prototypes, intercept, is_new)
@@ -234,10 +236,11 @@ def _corpus(
     with blame(params_file):
         mapping, next_id = check_mapping(doc["mapping"]), doc["next_id"]
     with blame(arrays_file):
-        matrix = _array(arrays, "corpus_query_map", ndim=2)
+        matrix = check_stored_array(arrays["corpus_query_map"], "corpus_query_map", ndim=2)
         offset = None
         if "corpus_query_offset" in arrays:
-            offset = _array(arrays, "corpus_query_offset", shape=(matrix.shape[1],))
+            offset = check_stored_array(arrays["corpus_query_offset"], "corpus_query_offset",
+                                        shape=(matrix.shape[1],))
         if matrix.shape[0] != n_features:
             raise ValueError(f"corpus_query_map has {matrix.shape[0]} rows for {n_features}-d images")
     with blame(corpus_file):
@@ -266,19 +269,6 @@ def _check_estimator_arrays(lfa: LFA, n_support: int) -> None:
             raise ValueError(f"{name} has shape {value.shape}, expected {n_support} rows (one per support row)")
 
 
-def _array(arrays: dict[str, np.ndarray], name: str, *, ndim: int | None = 2, shape: tuple[int, ...] | None = None,
-           kind: str = "f") -> np.ndarray:
-    value = arrays[name]
-    if value.dtype.kind not in kind:
-        raise ValueError(f"array {name!r} has dtype {value.dtype}")
-    wrong = value.shape != shape if shape is not None else (ndim is not None and value.ndim != ndim)
-    if wrong:
-        raise ValueError(f"array {name!r} has shape {value.shape}, expected {shape or f'{ndim} dimensions'}")
-    if kind == "f" and not np.isfinite(value).all():
-        raise ValueError(f"array {name!r} holds NaN or infinite values")
-    return value
-
-
 def _check_folded(
     arrays: dict[str, np.ndarray], maps: dict[str, QueryMap], prototypes: np.ndarray, intercept: np.ndarray,
     is_new: np.ndarray,
@@ -287,7 +277,7 @@ def _check_folded(
     folded = {}
     for mapping, mask in group_masks(is_new):
         expected = maps[mapping].fold(prototypes[mask], intercept[mask])
-        saved = _array(arrays, f"folded_{mapping}", ndim=2)
+        saved = check_stored_array(arrays[f"folded_{mapping}"], f"folded_{mapping}", ndim=2)
         if saved.dtype != np.float32 or saved.shape != expected.shape:
             raise ValueError(
                 f"array 'folded_{mapping}' is {saved.dtype} of shape {saved.shape}, expected float32 {expected.shape}"
