@@ -232,11 +232,12 @@ def validate_params(params: Mapping[str, Any], constraints: Mapping[str, Sequenc
         raise InvalidParameterError(str(err)) from None
 
 
-def check_param(value: Any, name: str, constraints: Sequence[Any]) -> None:
-    """Raise :class:`InvalidParameterError` unless ``value`` meets one of ``constraints`` (constraint objects)."""
+def check_param(value: Any, name: str, constraints: Sequence[Any]) -> Any:
+    """``value`` if it meets one of ``constraints`` (constraint objects), else :class:`InvalidParameterError`."""
     if not any(c.is_satisfied_by(value) for c in constraints):
         described = " or ".join(str(c) for c in constraints)
         raise InvalidParameterError(f"{name} must be {described}, got {value!r}.")
+    return value
 
 
 def check_number(
@@ -248,11 +249,16 @@ def check_number(
     low_inclusive: bool = True,
     high_inclusive: bool = True,
     integer: bool = False,
-) -> None:
-    """Raise :class:`InvalidParameterError` unless ``value`` is a finite real (or integer) number in range."""
+) -> Any:
+    """``value`` as an int (``integer``) or a float if it is a finite number in range, else
+    :class:`InvalidParameterError`.
+
+    >>> k = check_number(k, "k", low=1, integer=True)
+    """
     closed = {(True, True): "both", (True, False): "left", (False, True): "right", (False, False): "neither"}
     side = (low is not None and low_inclusive, high is not None and high_inclusive)  # no bound: an open end
     check_param(value, name, [Interval(Integral if integer else Real, low, high, closed=closed[side])])
+    return int(value) if integer else float(value)
 
 
 def check_choice(value: Any, name: str, choices: Iterable[Any]) -> None:

@@ -21,7 +21,6 @@ from .calibration import (
     OBJECTIVES,
     UNKNOWN,
     Objective,
-    check_reject_below,
     first_view,
     objective_threshold,
     quantile_threshold,
@@ -220,7 +219,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
     def check_threshold(self, reject_below: Any) -> float:
         """``reject_below`` as a finite τ on the scale of :meth:`score_samples`; typed error otherwise."""
-        return check_reject_below(reject_below)
+        return check_number(reject_below, "reject_below")
 
     def set_reject_below(self, reject_below: float | None) -> "AlignedIndex":
         """Keep τ with the index (``reject_below_``, saved by :meth:`save`); None forgets it. Refitting or

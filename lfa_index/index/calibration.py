@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..core.validation import check_number
 from . import folding
 from .maps import query_maps
 
@@ -129,13 +128,6 @@ def _best_macro_f1_threshold(scores: np.ndarray, truth: np.ndarray, predicted: n
     cuts[1:-1] = s[:-1] > s[1:]
     best = int(np.flatnonzero(cuts)[np.argmax(macro[cuts])])
     return float(np.nextafter(s[0], np.asarray(np.inf, dtype=s.dtype))) if best == 0 else float(s[best - 1])
-
-
-def check_reject_below(reject_below: Any) -> float:
-    """``reject_below`` as a finite float τ (an open-set score, see ``AlignedIndex.score_samples``);
-    :class:`~lfa_index.errors.InvalidParameterError` otherwise."""
-    check_number(reject_below, "reject_below")
-    return float(reject_below)
 
 
 def best_scores(lfa: Any, x: np.ndarray) -> np.ndarray:

@@ -163,13 +163,6 @@ class AlignedEmbedder:
         return labels[:, 0], scores[:, 0]
 
 
-def check_overfetch(k: Any, overfetch: Any) -> tuple[int, int]:
-    for name, value in (("k", k), ("overfetch", overfetch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidParameterError(f"{name} must be a positive integer, got {value!r}.")
-    return int(k), int(overfetch)
-
-
 def native(value: Any) -> Any:
     """A numpy scalar as a plain Python value (framework metadata is JSON-like)."""
     return value.item() if isinstance(value, np.generic) else value

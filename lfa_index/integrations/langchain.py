@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
+from ..core.validation import check_number
 from ..extras import import_extra
 from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, check_overfetch, native
+from ._common import AlignedEmbedder, Space, native
 from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("langchain_core.embeddings", "langchain")
@@ -93,7 +94,8 @@ def search_aligned_documents(
     re-ranks them by aligned cosine. On a store of unit-norm raw embeddings this equals
     ``index.search_unaligned(raw_index, y, k, overfetch=overfetch)``.
     """
-    k, overfetch = check_overfetch(k, overfetch)
+    k = check_number(k, "k", low=1, integer=True)
+    overfetch = check_number(overfetch, "overfetch", low=1, integer=True)
     query_vector = embeddings.embed_query(query)
     candidates = vectorstore.similarity_search_by_vector(query_vector, k=k * overfetch, **search_kwargs)
     scores, best = embeddings.aligner.rerank(query, [doc.page_content for doc in candidates], k)
@@ -163,7 +165,8 @@ def search_mapped_documents(
     ``search_kwargs``, e.g. ``filter``, are passed on), embeds their ``page_content`` with the new
     model (``rerank_embedder``) and re-ranks them by its cosine with the query.
     """
-    k, overfetch = check_overfetch(k, overfetch)
+    k = check_number(k, "k", low=1, integer=True)
+    overfetch = check_number(overfetch, "overfetch", low=1, integer=True)
     candidates = vectorstore.similarity_search_by_vector(embeddings.embed_query(query), k=k * overfetch,
                                                          **search_kwargs)
     scores, best = embeddings.mapper.rerank(query, [doc.page_content for doc in candidates], k)

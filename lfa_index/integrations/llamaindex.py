@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
+from ..core.validation import check_number
 from ..errors import InvalidParameterError
 from ..extras import import_extra
 from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, check_overfetch, check_texts, native
+from ._common import AlignedEmbedder, Space, check_texts, native
 from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
@@ -107,7 +108,8 @@ def retrieve_aligned(
     ``as_retriever``), re-embeds their content with the document side and re-ranks them. Over
     unit-norm raw embeddings this equals ``index.search_unaligned(raw_index, y, k, overfetch=overfetch)``.
     """
-    k, overfetch = check_overfetch(k, overfetch)
+    k = check_number(k, "k", low=1, integer=True)
+    overfetch = check_number(overfetch, "overfetch", low=1, integer=True)
     if not isinstance(embed_model, LFAEmbedding):
         raise InvalidParameterError(f"embed_model must be an LFAEmbedding, got {type(embed_model).__name__}.")
     retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)
@@ -190,7 +192,8 @@ def retrieve_mapped(vector_index: Any, embed_model: MappedEmbedding, query: str,
     Retrieves ``k · overfetch`` candidates with the mapped query (``retriever_kwargs`` go to
     ``as_retriever``), embeds their content with the new model and re-ranks them by its cosine.
     """
-    k, overfetch = check_overfetch(k, overfetch)
+    k = check_number(k, "k", low=1, integer=True)
+    overfetch = check_number(overfetch, "overfetch", low=1, integer=True)
     if not isinstance(embed_model, MappedEmbedding):
         raise InvalidParameterError(f"embed_model must be a MappedEmbedding, got {type(embed_model).__name__}.")
     retriever = vector_index.as_retriever(similarity_top_k=k * overfetch, embed_model=embed_model, **retriever_kwargs)

@@ -159,19 +159,6 @@ def requested_ids(ids: Any) -> tuple[np.ndarray, np.ndarray]:
     return wanted.astype(np.int64), unique
 
 
-def check_flag(value: Any, name: str) -> bool:
-    """``value`` if it is True or False, else :class:`InvalidParameterError`."""
-    if not isinstance(value, bool):
-        raise InvalidParameterError(f"{name} must be True or False, got {value!r}.")
-    return value
-
-
-def check_timeout(timeout: Any) -> float:
-    """A positive number of seconds, as a float."""
-    check_number(timeout, "timeout", low=0.0, low_inclusive=False)
-    return float(timeout)
-
-
 def unfilled(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, ids)`` of ``n`` queries before any result: each (n, k), score -inf and id -1."""
     return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)

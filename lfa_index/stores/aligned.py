@@ -32,7 +32,7 @@ from ..core.validation import check_ids, check_number
 from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex, check_query_matrix
 from ..index.folding import rerank, top_classes, unalign_queries
-from .base import VectorStore, check_k
+from .base import VectorStore
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
 
@@ -86,7 +86,7 @@ def search_classes(index: AlignedIndex, store: VectorStore, X: Any, k: int = 5) 
     -------
     >>> scores, labels = search_classes(index, store, queries, k=3)
     """
-    k = check_k(k)
+    k = check_number(k, "k", low=1, integer=True)
     x, groups = _classification_inputs(index, store, X)
     k = min(k, len(index.classes_))
     hits = []
@@ -236,7 +236,7 @@ def search_aligned(
 
     Exact on a flat index; equals ``index.search_text`` over the same images.
     """
-    k = check_k(k)
+    k = check_number(k, "k", low=1, integer=True)
     queries = index.transform_text(text_emb)
     _check_store(store, queries.shape[1], "aligned embeddings (the aligned space's dimension)")
     return store.search(queries, k)
@@ -262,7 +262,7 @@ def search_unaligned(
     -------
     >>> scores, ids = search_unaligned(index, MilvusStore(uri, "images_raw"), text_emb, k=10, overfetch=20)
     """
-    k = check_k(k)
+    k = check_number(k, "k", low=1, integer=True)
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = index.transform_text(text_emb)
     mapping, query_map = _corpus_map(index, mapping)

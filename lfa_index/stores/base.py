@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..core.validation import as_real_array, check_ids, check_number
+from ..core.validation import as_real_array, check_ids
 from ..errors import DimensionMismatchError, InvalidInputError, ShapeError
 
 Where = Mapping[str, "str | int"]
@@ -149,12 +149,6 @@ def check_field_update(
         raise InvalidInputError(f"values must be a sequence of one value per id, got {type(values).__name__}.")
     n_rows = len(values)
     return check_ids(ids, n_rows), check_fields({name: values}, n_rows, reserved)[name]
-
-
-def check_k(k: Any, limit: int | None = None, name: str = "k") -> int:
-    """``k`` as a positive int, at most ``limit`` when the store has one."""
-    check_number(k, name, low=1, high=limit, integer=True)
-    return int(k)
 
 
 def check_where(where: Where | None) -> dict[str, str | int]:

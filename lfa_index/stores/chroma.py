@@ -31,7 +31,6 @@ from ..extras import import_extra
 from ._common import (
     Batches,
     CollectionStore,
-    check_timeout,
     parse_ids,
     probe,
     query_chunk,
@@ -41,7 +40,7 @@ from ._common import (
     server_address,
     unfilled,
 )
-from .base import Where, check_fields, check_k, check_vectors, check_where
+from .base import Where, check_fields, check_vectors, check_where
 
 _DIM_KEY = "lfa_index_dim"  # collection metadata: the dimension, known before the first row arrives
 _DEFAULT_EF = 512
@@ -139,7 +138,7 @@ class ChromaStore(CollectionStore):
         if ef_search is not None:
             check_number(ef_search, "ef_search", low=1, integer=True)
         check_number(overfetch, "overfetch", low=1, integer=True)
-        timeout = check_timeout(timeout)
+        timeout = check_number(timeout, "timeout", low=0.0, low_inclusive=False)
         self.overfetch = int(overfetch)
         chromadb = _chromadb()
         settings = chromadb.config.Settings(anonymized_telemetry=False)
@@ -249,7 +248,7 @@ class ChromaStore(CollectionStore):
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first, re-scored exactly; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
-        k = check_k(k)
+        k = check_number(k, "k", low=1, integer=True)
         filters = [{name: value} for name, value in check_where(where).items()]
         expr = None if not filters else filters[0] if len(filters) == 1 else {"$and": filters}
         held = self.count()

@@ -32,7 +32,6 @@ from .base import (
     Where,
     check_field_update,
     check_fields,
-    check_k,
     check_vectors,
     check_where,
     exact_value,
@@ -153,7 +152,7 @@ class FaissStore:
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
-        k = check_k(k)
+        k = check_number(k, "k", low=1, integer=True)
         filters = check_where(where)
         with self._lock.read():
             params = None

@@ -18,14 +18,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.validation import check_ids, check_number
+from ..core.validation import BOOLEAN, check_ids, check_number, check_param
 from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
 from ._common import (
     Batches,
     CollectionStore,
-    check_flag,
-    check_timeout,
     filter_literal,
     parse_ids,
     query_chunk,
@@ -33,7 +31,7 @@ from ._common import (
     rescore,
     unfilled,
 )
-from .base import Where, check_fields, check_k, check_vectors, check_where, object_column
+from .base import Where, check_fields, check_vectors, check_where, object_column
 
 _ROWS_PER_WRITE = 65536
 _IDS_PER_QUERY = 8192
@@ -120,8 +118,8 @@ class LanceDBStore(CollectionStore):
                 raise InvalidParameterError(f"{name} must be a column name (an identifier), got {value!r}.")
         if id_field == vector_field:
             raise InvalidParameterError(f"id_field and vector_field must differ, both are {id_field!r}.")
-        self.exact = check_flag(exact, "exact")
-        self.timeout = check_timeout(timeout)
+        self.exact = check_param(exact, "exact", [BOOLEAN])
+        self.timeout = check_number(timeout, "timeout", low=0.0, low_inclusive=False)
         self.id_field, self.vector_field = id_field, vector_field
         lancedb = _lancedb()
         self._errors = (ValueError, RuntimeError, OSError, ConnectionError)
@@ -293,7 +291,7 @@ class LanceDBStore(CollectionStore):
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first, scored exactly; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
-        k = check_k(k)
+        k = check_number(k, "k", low=1, integer=True)
         expr = self._where(where)
         if expr is None:
             return unfilled(len(q), k)

@@ -23,7 +23,7 @@ from ..core.validation import check_embeddings, check_number
 from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError
 from ..index import EmbeddingAligner
 from ..index.folding import rerank
-from .base import VectorStore, Where, check_k
+from .base import VectorStore, Where
 
 
 def search_mapped(
@@ -34,7 +34,7 @@ def search_mapped(
     The queries are ``aligner.transform(X_new)`` (unit rows in the old space); scores are the
     store's own (inner product or cosine with the stored rows). ``where`` filters as the store does.
     """
-    k = check_k(k)
+    k = check_number(k, "k", low=1, integer=True)
     queries = aligner.transform(X_new)
     _check_store(aligner, store)
     return store.search(queries, k, where=where)
@@ -56,7 +56,7 @@ def search_mapped_exact(
     sorted distinct int64 ids (e.g. their texts, embedded). Returns ``(scores, ids)``, each (n, k),
     best first, scores the new model's cosines; unfilled slots are id -1, score -inf.
     """
-    k = check_k(k)
+    k = check_number(k, "k", low=1, integer=True)
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = l2_normalize(check_embeddings(X_new, name="X_new"))
     _check_store(aligner, store)

@@ -34,7 +34,6 @@ from ..index.corpus import ReadWriteLock
 from ._common import (
     CollectionStore,
     check_name,
-    check_timeout,
     filter_literal,
     generation_name,
     is_generation,
@@ -42,7 +41,7 @@ from ._common import (
     server_address,
     unfilled,
 )
-from .base import Where, check_fields, check_k, check_vectors, check_where
+from .base import Where, check_fields, check_vectors, check_where
 
 _MAX_TOPK = 16384  # Milvus's limit on topk and on queries per search request
 _REQUEST_BYTES = 16 << 20  # stay well under gRPC's 64 MiB message limit
@@ -117,7 +116,7 @@ class MilvusStore(CollectionStore):
         check_name(embedding_field, "embedding_field", _NAME, _NAME_RULE)
         if dim is not None:
             check_number(dim, "dim", low=1, integer=True)
-        self.timeout = check_timeout(timeout)
+        self.timeout = check_number(timeout, "timeout", low=0.0, low_inclusive=False)
         self.uri = uri
         self.collection = collection
         self.embedding_field = embedding_field
@@ -251,7 +250,7 @@ class MilvusStore(CollectionStore):
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
-        k = check_k(k, limit=_MAX_TOPK, name="k (results per query; Milvus allows at most 16384)")
+        k = check_number(k, "k (results per query; Milvus allows at most 16384)", low=1, high=_MAX_TOPK, integer=True)
         filters = check_where(where)
         # a literal expression: Milvus Lite does not read filter templates ({name} + filter_params)
         expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())

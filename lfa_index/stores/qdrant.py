@@ -19,15 +19,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..core.validation import check_ids, check_number
+from ..core.validation import BOOLEAN, check_ids, check_number, check_param
 from ..errors import DimensionMismatchError, InvalidParameterError, SchemaError, StoreUnavailableError
 from ..extras import import_extra
 from ..index.corpus import ReadWriteLock
 from ._common import (
     Batches,
     CollectionStore,
-    check_flag,
-    check_timeout,
     generation_name,
     grouped,
     is_generation,
@@ -37,7 +35,7 @@ from ._common import (
     server_address,
     unfilled,
 )
-from .base import Where, check_fields, check_k, check_vectors, check_where
+from .base import Where, check_fields, check_vectors, check_where
 
 _REQUEST_BYTES = 8 << 20  # JSON bodies well under a server's 32 MiB default limit
 _QUERIES_PER_REQUEST = 256
@@ -118,10 +116,10 @@ class QdrantStore(CollectionStore):
         self.uri, self.collection = self._checked(uri, collection, dim)
         if vector_name is not None and not isinstance(vector_name, str):
             raise InvalidParameterError(f"vector_name must be a str or None, got {vector_name!r}.")
-        self.exact = check_flag(exact, "exact")
+        self.exact = check_param(exact, "exact", [BOOLEAN])
         if hnsw_ef is not None:
             check_number(hnsw_ef, "hnsw_ef", low=1, integer=True)
-        self.timeout = check_timeout(timeout)
+        self.timeout = check_number(timeout, "timeout", low=0.0, low_inclusive=False)
         self.vector_name = vector_name
         self.hnsw_ef = hnsw_ef
         self._switching = ReadWriteLock()  # searches share it, replace() switches and drops collections alone
@@ -236,7 +234,7 @@ class QdrantStore(CollectionStore):
     def search(self, queries: Any, k: int, where: Where | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)``, each (n, k), best first; unfilled slots are id -1, score -inf."""
         q = check_vectors(queries, dim=self.dim, location=self.location, name="queries")
-        k = check_k(k)
+        k = check_number(k, "k", low=1, integer=True)
         models = self._models
         conditions = [models.FieldCondition(key=name, match=models.MatchValue(value=value))
                       for name, value in check_where(where).items()]
