@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import abc
 import os
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..arrays import l2_normalize
-from ..core.validation import check_number
+from ..core.validation import BOOLEAN, Interval, validate_params
 from ..errors import (
     DimensionMismatchError,
     InvalidInputError,
@@ -181,6 +182,12 @@ class BaseSource(EmbeddingSource):
     cache_dir: str | os.PathLike | None
     progress: bool
 
+    _parameter_constraints: dict[str, list[Any]] = {
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "progress": [BOOLEAN],
+    }
+    """What each parameter may be (checked before each embedding call); subclasses extend it."""
+
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         raise UnsupportedModalityError(
             f"{type(self).__name__} cannot embed texts; use a text or text-image source "
@@ -197,9 +204,8 @@ class BaseSource(EmbeddingSource):
         raise NotImplementedError
 
     def _check_common(self) -> None:
-        check_number(self.batch_size, "batch_size", low=1, integer=True)
-        if not isinstance(self.progress, bool):
-            raise InvalidParameterError(f"progress must be True or False, got {self.progress!r}.")
+        constraints = self._parameter_constraints
+        validate_params({name: getattr(self, name) for name in constraints}, constraints, type(self).__name__)
 
     def _cache(self) -> EmbeddingCache | None:
         if self.cache_dir is None:

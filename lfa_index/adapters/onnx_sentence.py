@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..core.validation import check_number
+from ..core.validation import Interval
 from ..errors import ModelUnavailableError, TruncationWarning
 from ..extras import import_extra
 from .base import BaseSource
@@ -42,6 +43,12 @@ class OnnxSentenceSource(BaseSource):
     >>> source.embed_texts(["a photo of a cat"]).shape
     (1, 384)
     """
+
+    _parameter_constraints: dict[str, list[Any]] = {
+        **BaseSource._parameter_constraints,
+        "max_seq_length": [Interval(Integral, 1, None, closed="left")],
+        "num_threads": [None, Interval(Integral, 1, None, closed="left")],
+    }
 
     def __init__(
         self,
@@ -102,12 +109,6 @@ class OnnxSentenceSource(BaseSource):
                 TruncationWarning,
                 stacklevel=6,
             )
-
-    def _check_common(self) -> None:
-        super()._check_common()
-        check_number(self.max_seq_length, "max_seq_length", low=1, integer=True)
-        if self.num_threads is not None:
-            check_number(self.num_threads, "num_threads", low=1, integer=True)
 
     def _identity(self) -> str:
         return (

@@ -14,12 +14,13 @@ import os
 import random
 import re
 import time
+from numbers import Integral, Real
 from typing import Any, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from ..core.validation import check_number
+from ..core.validation import Interval
 from ..errors import DimensionMismatchError, EmbeddingAPIError, InvalidParameterError, MissingAPIKeyError
 from ..extras import import_extra
 from .base import BaseSource
@@ -129,6 +130,17 @@ class OpenAIEmbeddingSource(BaseSource):
     >>> prototypes = source.embed_texts(["a photo of a cat.", "a photo of a dog."])   # (2, 512)
     """
 
+    _parameter_constraints: dict[str, list[Any]] = {
+        **BaseSource._parameter_constraints,
+        "batch_size": [Interval(Integral, 1, MAX_INPUTS_PER_REQUEST, closed="both")],
+        "max_tokens_per_request": [Interval(Integral, 1, None, closed="left")],
+        "timeout": [Interval(Real, 0, None, closed="neither")],
+        "max_retries": [Interval(Integral, 0, None, closed="left")],
+        "backoff": [Interval(Real, 0, None, closed="left")],
+        "max_backoff": [Interval(Real, 0, None, closed="left")],
+        "dimensions": [None, Interval(Integral, 1, None, closed="left")],
+    }
+
     def __init__(
         self,
         model: str = "text-embedding-3-small",
@@ -177,7 +189,7 @@ class OpenAIEmbeddingSource(BaseSource):
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts: (N, dim) float32, rows L2-normalised; cached inputs are not sent again."""
-        self._check_params()
+        self._check_common()
         key = self._resolve_key()
         client = self._client(key)
         return self._embed_texts_cached(
@@ -187,16 +199,6 @@ class OpenAIEmbeddingSource(BaseSource):
                 todo, max_inputs=self.batch_size, max_tokens=self.max_tokens_per_request
             ),
         )
-
-    def _check_params(self) -> None:
-        check_number(self.batch_size, "batch_size", low=1, high=MAX_INPUTS_PER_REQUEST, integer=True)
-        check_number(self.max_tokens_per_request, "max_tokens_per_request", low=1, integer=True)
-        check_number(self.timeout, "timeout", low=0, low_inclusive=False)
-        check_number(self.max_retries, "max_retries", low=0, integer=True)
-        check_number(self.backoff, "backoff", low=0)
-        check_number(self.max_backoff, "max_backoff", low=0)
-        if self.dimensions is not None:
-            check_number(self.dimensions, "dimensions", low=1, integer=True)
 
     def _resolve_key(self) -> str:
         key = self.api_key if self.api_key is not None else os.environ.get("OPENAI_API_KEY", "")

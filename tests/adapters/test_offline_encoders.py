@@ -156,5 +156,5 @@ def test_onnx_truncates_long_texts_with_one_warning(sources):
 def test_unknown_e5_kinds_are_refused():
     with pytest.raises(UnknownEncoderError, match="e5-small"):
         make_encoder("e5-small:document")
-    with pytest.raises(InvalidParameterError, match="'query' or 'passage'"):
+    with pytest.raises(InvalidParameterError, match="'kind' parameter of E5Source must be a str among"):
         E5Source("document", progress=False).embed_texts(["a"])
