@@ -39,8 +39,9 @@ import torch
 
 from lfa_index import LFA, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
+from lfa_index.core.validation import check_query_matrix
 from lfa_index.files import atomic_write
-from lfa_index.index import check_query_matrix, faiss_gpu_available
+from lfa_index.index import faiss_gpu_available
 
 RESULTS = Path(__file__).parent / "results"
 

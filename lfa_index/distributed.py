@@ -30,11 +30,11 @@ import numpy as np
 import threadpoolctl
 import torch
 
-from .core.validation import check_number
+from .core.validation import check_number, check_query_matrix
 from .errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, RowCountError, SchemaError
 from .extras import import_extra
 from .files import check_output_path
-from .index import AlignedIndex, check_query_matrix
+from .index import AlignedIndex
 
 _FINGERPRINT_MODULUS = 1 << 64
 

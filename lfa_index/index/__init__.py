@@ -3,13 +3,12 @@
 ``folding``    the folding math, pure functions over arrays (also used by the stores and integrations)
 ``maps``       the LFA's maps as raw queries see them (G, o)
 ``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
-``calibration`` rejection thresholds: held-out scores of the support rows, the quantile, the check of τ
+``calibration`` rejection thresholds: held-out scores of the support rows, the quantile
 ``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes
 ``corpus``     the aligned image corpus with its read/write lock
 ``device``     FAISS placement (GPU)
 ``export``     what a fitted index hands to other stores (folded prototypes, prepared queries, maps)
 ``format``     what the index saves and loads
-``validation`` inputs at the public boundary (queries, added prototypes, partial_fit rows)
 ``aligned_index``  the :class:`AlignedIndex` estimator that composes them
 ``aligner``    :class:`EmbeddingAligner`: a new encoder's queries in an old encoder's space (``aligner_format``)
 
@@ -26,6 +25,5 @@ from .aligned_index import AlignedIndex
 from .aligner import EmbeddingAligner
 from .device import faiss_gpu_available
 from .labels import LabelSpace
-from .validation import check_query_matrix
 
-__all__ = ["AlignedIndex", "EmbeddingAligner", "LabelSpace", "check_query_matrix", "faiss_gpu_available"]
+__all__ = ["AlignedIndex", "EmbeddingAligner", "LabelSpace", "faiss_gpu_available"]

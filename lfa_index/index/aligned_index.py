@@ -14,7 +14,17 @@ import numpy as np
 from ..arrays import MAPPINGS, Mapping
 from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
-from ..core.validation import StrOptions, check_embeddings, check_number, validate_params, weighted_accuracy
+from ..core.validation import (
+    StrOptions,
+    check_embeddings,
+    check_more_support,
+    check_number,
+    check_query_matrix,
+    check_raw_rows,
+    check_text_matrix,
+    validate_params,
+    weighted_accuracy,
+)
 from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
 from .calibration import (
@@ -34,7 +44,6 @@ from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, blame, load_index, par
 from .labels import LabelSpace
 from .maps import query_maps
 from .openset import NoveltyScore
-from .validation import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
 
 
 def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:

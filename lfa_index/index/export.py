@@ -17,10 +17,9 @@ import faiss
 import numpy as np
 
 from ..arrays import MAPPINGS, Mapping
-from ..core.validation import check_choice
+from ..core.validation import check_choice, check_query_matrix
 from . import folding
 from .classes import ClassTable
-from .validation import check_query_matrix
 
 
 class StoreExportMixin:

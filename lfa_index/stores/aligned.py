@@ -28,9 +28,9 @@ import numpy as np
 
 from ..arrays import CHUNK_ROWS
 from ..arrays import Mapping as MapName
-from ..core.validation import check_ids, check_number
+from ..core.validation import check_ids, check_number, check_query_matrix
 from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
-from ..index import AlignedIndex, check_query_matrix
+from ..index import AlignedIndex
 from ..index.folding import rerank, top_classes, unalign_queries
 from .base import VectorStore
 

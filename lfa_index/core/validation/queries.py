@@ -8,8 +8,8 @@ from typing import Any
 import faiss
 import numpy as np
 
-from ..core.validation import as_real_array, check_embeddings
-from ..errors import DimensionMismatchError, LabelError, NonFiniteError, ShapeError, ZeroNormError
+from ...errors import DimensionMismatchError, LabelError, NonFiniteError, ShapeError, ZeroNormError
+from .arrays import as_real_array, check_embeddings
 
 # Squared row norms outside this range lose bits in float32 (overflow, or squares in the denormal
 # range): such rows are rescaled to a largest entry of 1, which leaves every answer unchanged.
