@@ -80,7 +80,7 @@ def test_the_exact_re_rank_is_the_new_models_ranking_of_the_candidates(task):
 
 def test_stores_refuse_other_widths_empty_stores_and_bad_candidate_rows(task):
     aligner, new, old, queries = task
-    with pytest.raises(DimensionMismatchError, match="12-d space"):
+    with pytest.raises(DimensionMismatchError, match="outputs are 12-d"):
         search_mapped(aligner, FaissStore(dim=20).add(new, ids=np.arange(len(new))), queries)
     with pytest.raises(EmptyIndexError):
         search_mapped_exact(aligner, FaissStore(dim=12), queries, lambda found: new[found])

@@ -29,10 +29,10 @@ import numpy as np
 from ..arrays import CHUNK_ROWS
 from ..arrays import Mapping as MapName
 from ..core.validation import check_ids, check_number, check_query_matrix
-from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError, SchemaError, ShapeError
+from ..errors import EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex
 from ..index.folding import rerank, top_classes, unalign_queries
-from .base import VectorStore
+from .base import VectorStore, check_store
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
 
@@ -60,7 +60,7 @@ def write_prototypes(index: AlignedIndex, store: VectorStore, *, label_field: st
     folded = index.aligned_prototypes("auto")
     if not isinstance(label_field, str) or label_field == MAPPING_FIELD:
         raise InvalidInputError(f"label_field must be a field name other than {MAPPING_FIELD!r}, got {label_field!r}.")
-    _check_store(store, folded.shape[1], "the index's folded prototypes (prototype_dim(index))")
+    check_store(store, folded.shape[1], "the index's folded prototypes (prototype_dim(index))")
     if store.metric != "IP":
         raise SchemaError(
             f"{store.location} ranks by {store.metric}, but folded prototypes are not unit vectors and need the "
@@ -112,7 +112,7 @@ def classify(index: AlignedIndex, store: VectorStore, X: Any) -> np.ndarray:
 
 def _classification_inputs(index: AlignedIndex, store: VectorStore, X: Any) -> tuple[np.ndarray, list[tuple[str, int]]]:
     x = index.prepare_queries(check_query_matrix(X, name="X", dim=index.n_features_in_))
-    _check_store(store, x.shape[1], "the index's folded prototypes (prototype_dim(index))")
+    check_store(store, x.shape[1], "the index's folded prototypes (prototype_dim(index))")
     held, n_classes = store.count(), len(index.classes_)
     if held != n_classes:
         raise InvalidInputError(
@@ -162,7 +162,7 @@ def classify_rows(
     check_number(batch_size, "batch_size", low=1, integer=True)
     if reject_below is not None:
         index.check_threshold(reject_below)
-    _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
+    check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     set_field = None if write_field is None else _field_writer(store, write_field)
     ids, labels, scores, known = [], [], [], []
     for batch_ids, vectors, _ in store.scan([], batch_size=batch_size):
@@ -221,7 +221,7 @@ def add_aligned(
     x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
     ids = check_ids(ids, len(x))
     mapping, query_map = _corpus_map(index, mapping)
-    _check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
+    check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
     for start in range(0, len(x), CHUNK_ROWS):
         stop = start + CHUNK_ROWS
         part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
@@ -238,7 +238,7 @@ def search_aligned(
     """
     k = check_number(k, "k", low=1, integer=True)
     queries = index.transform_text(text_emb)
-    _check_store(store, queries.shape[1], "aligned embeddings (the aligned space's dimension)")
+    check_store(store, queries.shape[1], "aligned embeddings (the aligned space's dimension)")
     return store.search(queries, k)
 
 
@@ -266,7 +266,7 @@ def search_unaligned(
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = index.transform_text(text_emb)
     mapping, query_map = _corpus_map(index, mapping)
-    _check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
+    check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     held = store.count()
     if held == 0:
         raise EmptyIndexError(f"{store.location} is empty: add raw image embeddings to it before search_unaligned().")
@@ -308,16 +308,6 @@ def support_from_store(
 
 
 # ------------------------------------------------------------------------------ helpers
-def _check_store(store: VectorStore, dim: int, holds: str) -> None:
-    if not isinstance(store, VectorStore):
-        raise InvalidInputError(f"store must implement lfa_index.stores.VectorStore, got {type(store).__name__}.")
-    if store.dim != dim:
-        raise DimensionMismatchError(
-            f"{store.location} holds {store.dim}-d vectors but {holds} are {dim}-d; use a collection created with "
-            f"dim={dim}."
-        )
-
-
 def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, np.ndarray]:
     mapping = index.corpus_mapping if mapping is None else mapping
     return mapping, index.query_transform(mapping)

@@ -84,6 +84,16 @@ class VectorStore(Protocol):
 
 
 # ------------------------------------------------------------------------------ input checks
+def check_store(store: Any, dim: int, holds: str, fix: str | None = None) -> None:
+    """Raise a typed error unless ``store`` is a :class:`VectorStore` of ``dim``-d vectors (``holds``: what
+    they are; ``fix``: how to get a matching store, default: a collection of that dimension)."""
+    if not isinstance(store, VectorStore):
+        raise InvalidInputError(f"store must implement lfa_index.stores.VectorStore, got {type(store).__name__}.")
+    if store.dim != dim:
+        raise DimensionMismatchError(f"{store.location} holds {store.dim}-d vectors but {holds} are {dim}-d; "
+                                     f"{fix or f'use a collection created with dim={dim}.'}")
+
+
 def check_vectors(vectors: Any, *, dim: int, location: str, name: str = "vectors") -> np.ndarray:
     """Convert to a C-contiguous float32 (n, dim) array with finite values."""
     arr = as_real_array(vectors, name)  # ragged lists and non-numbers: typed errors

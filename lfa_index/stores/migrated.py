@@ -20,10 +20,10 @@ import numpy as np
 
 from ..arrays import l2_normalize
 from ..core.validation import check_embeddings, check_number
-from ..errors import DimensionMismatchError, EmptyIndexError, InvalidInputError
+from ..errors import EmptyIndexError, InvalidInputError
 from ..index import EmbeddingAligner
 from ..index.folding import rerank
-from .base import VectorStore, Where
+from .base import VectorStore, Where, check_store
 
 
 def search_mapped(
@@ -36,7 +36,8 @@ def search_mapped(
     """
     k = check_number(k, "k", low=1, integer=True)
     queries = aligner.transform(X_new)
-    _check_store(aligner, store)
+    check_store(store, aligner.n_features_out_, "the aligner's outputs",
+                "use the aligner fitted on this store's model.")
     return store.search(queries, k, where=where)
 
 
@@ -59,7 +60,8 @@ def search_mapped_exact(
     k = check_number(k, "k", low=1, integer=True)
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = l2_normalize(check_embeddings(X_new, name="X_new"))
-    _check_store(aligner, store)
+    check_store(store, aligner.n_features_out_, "the aligner's outputs",
+                "use the aligner fitted on this store's model.")
     held = store.count()
     if held == 0:
         raise EmptyIndexError(f"{store.location} is empty: it holds no old-model rows to search.")
@@ -75,13 +77,3 @@ def search_mapped_exact(
         return l2_normalize(rows)
 
     return rerank(queries, candidates, new_rows, k)
-
-
-def _check_store(aligner: EmbeddingAligner, store: VectorStore) -> None:
-    if not isinstance(store, VectorStore):
-        raise InvalidInputError(f"store must implement lfa_index.stores.VectorStore, got {type(store).__name__}.")
-    if store.dim != aligner.n_features_out_:
-        raise DimensionMismatchError(
-            f"{store.location} holds {store.dim}-d vectors but the aligner maps into a {aligner.n_features_out_}-d "
-            "space; use the aligner fitted on this store's model."
-        )
