@@ -31,13 +31,14 @@ import faiss
 import numpy as np
 
 from .. import persistence
+from ..arrays import MAPPINGS
 from ..core import LFA
-from ..core.validation import check_stored_array, validate_params
+from ..core.validation import check_choice, check_stored_array, validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
 from .classes import ClassTable, class_vectors, group_masks
 from .corpus import ID_LIMIT
 from .labels import LabelSpace
-from .maps import QueryMap, check_mapping, query_maps
+from .maps import QueryMap, query_maps
 
 INDEX_FORMAT = 1
 KIND = "aligned-index"
@@ -234,7 +235,7 @@ def _corpus(
 ) -> tuple[faiss.Index, np.ndarray, str, int, QueryMap]:
     params_file, arrays_file, corpus_file = files
     with blame(params_file):
-        mapping, next_id = check_mapping(doc["mapping"]), doc["next_id"]
+        mapping, next_id = check_choice(doc["mapping"], "mapping", MAPPINGS), doc["next_id"]
     with blame(arrays_file):
         matrix = check_stored_array(arrays["corpus_query_map"], "corpus_query_map", ndim=2)
         offset = None

@@ -80,9 +80,9 @@ def check_number(
     return int(value) if integer else float(value)
 
 
-def check_choice(value: Any, name: str, choices: Iterable[Any]) -> None:
-    """Raise :class:`InvalidParameterError` unless ``value`` is one of ``choices`` (of the same type)."""
-    check_param(value, name, options(*choices))
+def check_choice(value: Any, name: str, choices: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``choices`` (of the same type), else :class:`InvalidParameterError`."""
+    return check_param(value, name, options(*choices))
 
 
 def options(*choices: Any) -> list[Any]:
