@@ -136,8 +136,9 @@ def test_fitting_without_torch_says_which_install_brings_it():
 def test_every_core_module_outside_solvers_imports_without_torch():
     """The folder boundary: only ``core/solvers/`` may import torch at import time."""
     core = Path(lfa_index.core.__file__).parent
-    names = sorted(f"lfa_index.core.{p.stem}" for p in core.glob("*.py") if p.stem != "__init__")
-    assert "lfa_index.core.state" in names and "lfa_index.core.serving" in names
+    names = sorted(".".join(("lfa_index", "core", *p.relative_to(core).with_suffix("").parts))
+                   for p in core.rglob("*.py") if p.parts[-2] != "solvers" and p.stem != "__init__")
+    assert {"lfa_index.core.state", "lfa_index.core.serving", "lfa_index.core.validation.params"} <= set(names)
     code = textwrap.dedent(
         f"""
         import importlib, sys

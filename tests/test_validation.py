@@ -1,3 +1,7 @@
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +17,7 @@ from lfa_index import (
     ShapeError,
     ZeroNormError,
 )
+from lfa_index.core.validation import check_number
 
 
 @pytest.fixture
@@ -158,3 +163,48 @@ def test_query_dimension_mismatch_is_rejected(data):
     lfa = fit(x, y, p)
     with pytest.raises(DimensionMismatchError):
         lfa.predict(np.hstack([x, x]))
+
+
+def test_number_checks_refuse_booleans_and_infinities_and_return_the_number():
+    with pytest.raises(InvalidParameterError, match=r"k must be an int in the range \[1, inf\), got True"):
+        check_number(True, "k", low=1, integer=True)
+    with pytest.raises(InvalidParameterError, match="finite float"):
+        check_number(float("inf"), "timeout", low=0.0, low_inclusive=False)
+    k = check_number(np.int64(3), "k", low=1, integer=True)
+    assert k == 3 and type(k) is int
+
+
+PARAMETER_MESSAGES = textwrap.dedent(
+    """
+    import sys
+    if sys.argv[1] == "blocked":
+        class Blocker:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("sklearn", "scipy", "torch"):
+                    raise ImportError(f"{name} is not installed here")
+        sys.meta_path.insert(0, Blocker())
+    from lfa_index import LFA, compat
+    from lfa_index.errors import InvalidParameterError
+    print(compat.validate_parameter_constraints.__module__)
+    for params in ({"beta": 1.5}, {"center": 1}, {"k": 0}, {"random_state": True}, {"lr": float("inf")},
+                   {"device": 3}):
+        try:
+            LFA(**params)._validate_params()
+        except InvalidParameterError as err:
+            print(err)
+    """
+)
+
+
+def test_parameter_errors_read_the_same_with_and_without_scikit_learn():
+    """scikit-learn's validate_parameter_constraints where it is installed, compat's stand-in in a serving
+    environment: the same typed error and the same message."""
+    runs = [subprocess.run([sys.executable, "-c", PARAMETER_MESSAGES, mode], capture_output=True, text=True,
+                           timeout=120) for mode in ("full", "blocked")]
+    assert all(run.returncode == 0 for run in runs), [run.stderr[-2000:] for run in runs]
+    (full_module, *full), (blocked_module, *blocked) = (run.stdout.splitlines() for run in runs)
+    assert full_module.startswith("sklearn.") and blocked_module == "lfa_index.compat"
+    assert len(full) == 6 and full == blocked
+    assert full[0] == ("The 'beta' parameter of LFA must be a str among {'auto'} or a finite float in the range "
+                       "[0.0, 1.0]. Got 1.5 instead.")
+
