@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..core.device import resolve_device
-from ..core.validation import check_choice
+from ..core.validation import StrOptions
 from ..errors import ModelUnavailableError
 from ..extras import import_extra
 from .base import BaseSource
@@ -55,6 +55,12 @@ class VisionBackboneSource(BaseSource):
     >>> source = VisionBackboneSource("resnet50", "dino_resnet50_pretrain.pth")
     >>> support = source.embed_images(paths, five_crop=True)   # (N, 5, 2048)
     """
+
+    _parameter_constraints: dict[str, list[Any]] = {
+        **BaseSource._parameter_constraints,
+        "library": [StrOptions({"torchvision", "timm"})],
+        "interpolation": [StrOptions({"bilinear", "bicubic"})],
+    }
 
     def __init__(
         self,
@@ -125,7 +131,6 @@ class VisionBackboneSource(BaseSource):
 
     def _resample(self) -> int:
         Image = import_extra("PIL.Image", extra="vision", package="pillow")
-        check_choice(self.interpolation, "interpolation", ["bilinear", "bicubic"])
         return Image.BILINEAR if self.interpolation == "bilinear" else Image.BICUBIC
 
     def _to_tensor(self, img: Any) -> Any:
@@ -180,7 +185,7 @@ class VisionBackboneSource(BaseSource):
 
     def _load(self) -> None:
         torch = import_extra("torch", extra="vision")
-        check_choice(self.library, "library", ["torchvision", "timm"])
+        self._check_common()
         if self.checkpoint is not None and not os.path.isfile(self.checkpoint):
             raise ModelUnavailableError(
                 f"No checkpoint file at {self.checkpoint}; pass the path of a local weights file."

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 Image = pytest.importorskip("PIL.Image")
 
+from lfa_index import InvalidParameterError  # noqa: E402
 from lfa_index.adapters import (  # noqa: E402
     EmbeddingSource,
     ModelUnavailableError,
@@ -158,3 +159,10 @@ def test_rerun_with_cache_needs_no_model(mobilenet_weights, images, tmp_path):
 def test_texts_are_an_unsupported_modality(mobilenet):
     with pytest.raises(UnsupportedModalityError):
         mobilenet.embed_texts(["a cat"])
+
+
+def test_unknown_library_or_interpolation_is_a_parameter_error(images):
+    with pytest.raises(InvalidParameterError, match="'library' parameter of VisionBackboneSource"):
+        VisionBackboneSource("resnet18", library="keras", device="cpu").dim
+    with pytest.raises(InvalidParameterError, match="'interpolation' parameter of VisionBackboneSource"):
+        VisionBackboneSource("resnet18", interpolation="nearest", device="cpu", progress=False).embed_images(images)
