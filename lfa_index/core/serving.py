@@ -1,7 +1,9 @@
 """Answering queries with a fitted LFA: numpy only, so a saved index serves without torch.
 
 :class:`AlignedClassifierMixin` holds the query side of :class:`~lfa_index.core.estimator.LFA`:
-a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` and class c scores
+a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` by the estimator's
+:class:`~lfa_index.core.query_map.QueryMap` (:meth:`~AlignedClassifierMixin.query_map`, the one
+map an index, a store or an integration serves too), and class c scores
 ``(z·q_c + b_c)/||z||``, where ``q_c`` are ``prototypes_``, ``b_c`` ``intercept_`` and μ
 ``feature_mean_`` (the aligned cosine when b = 0). The fitted state is declared once
 (:class:`~lfa_index.core.state.FittedState`) and saves, checks and restores itself.
