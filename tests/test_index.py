@@ -10,8 +10,8 @@ import pytest
 
 import lfa_index.index as index_module
 import lfa_index.index.corpus as corpus_module
-import lfa_index.index.folding as folding_module
 from lfa_index import LFA, AlignedIndex
+from lfa_index.core.query_map import QueryMap
 
 OPTIONS = dict(beta=0.5, steps=5, device="cpu", random_state=0)
 
@@ -87,7 +87,7 @@ def test_predict_computes_no_query_norms(fitted, task, monkeypatch):
         raise AssertionError("predict() must rank by the folded inner product alone")
 
     expected = fitted.predict(task[3])
-    monkeypatch.setattr(folding_module, "query_norms", forbidden)
+    monkeypatch.setattr(QueryMap, "raw_norms", forbidden)
     np.testing.assert_array_equal(fitted.predict(task[3]), expected)
 
 

@@ -58,7 +58,7 @@ def test_the_index_saves_the_lfa_state_once_and_only_what_it_adds(index, saved):
     own = {name for name in arrays if not name.startswith("lfa.")}
     assert own == {
         "text_embeddings", "added_prototypes", "is_new_class", "support_embeddings", "support_labels",
-        "folded_task", "folded_tt", "corpus_query_map", "corpus_query_offset",
+        "folded_task", "folded_tt", "corpus_map_weights", "corpus_map_mean",
     }
     assert arrays["added_prototypes"].shape == (2, index.prototypes_.shape[1])  # the classes added from text
     assert doc["params"]["lfa"] == index.lfa.get_params() and doc["class_names"] == NAMES + ["new a", "new b"]
@@ -119,9 +119,9 @@ TAMPERED = {
                                     "arrays.safetensors"),
     "support of another width": (lambda d, a, i: _set(a, "support_embeddings", a["support_embeddings"][:, :-1]),
                                  "arrays.safetensors"),
-    "corpus map of another width": (lambda d, a, i: _set(a, "corpus_query_map", a["corpus_query_map"][:, :-1]),
+    "corpus map of another width": (lambda d, a, i: _set(a, "corpus_map_weights", a["corpus_map_weights"][:-1]),
                                     "arrays.safetensors"),
-    "corpus offset with NaN": (lambda d, a, i: a["corpus_query_offset"].__setitem__(0, np.nan), "arrays.safetensors"),
+    "corpus mean with NaN": (lambda d, a, i: a["corpus_map_mean"].__setitem__(0, np.nan), "arrays.safetensors"),
     "a complex array": (lambda d, a, i: _set(a, "extra", np.zeros(2, dtype=np.complex64)), "arrays.safetensors"),
     "next_id below a held id": (lambda d, a, i: d["corpus"].__setitem__("next_id", 5), "params.json"),
     "next_id negative": (lambda d, a, i: d["corpus"].__setitem__("next_id", -1), "params.json"),
@@ -140,8 +140,9 @@ TAMPERED = {
     "classes_ of another count": (lambda d, a, i: d["lfa"]["state"].__setitem__("classes_", [0, 1, 2]),
                                   "arrays.safetensors"),
     "the corpus file missing": (lambda d, a, i: i.pop("corpus.faiss"), "corpus.faiss"),
-    "a corpus without ids": (lambda d, a, i: _set(i, "corpus.faiss", faiss.IndexFlatIP(a["corpus_query_map"].shape[1])),
-                             "corpus.faiss"),
+    "a corpus without ids": (
+        lambda d, a, i: _set(i, "corpus.faiss", faiss.IndexFlatIP(a["corpus_map_weights"].shape[1])), "corpus.faiss"
+    ),
     "a corpus of another width": (lambda d, a, i: _set(i, "corpus.faiss", faiss.IndexIDMap2(faiss.IndexFlatIP(7))),
                                   "corpus.faiss"),
 }

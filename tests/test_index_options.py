@@ -113,3 +113,18 @@ def test_save_and_load_keep_biases_centring_and_the_options(index, task, tmp_pat
     loaded.partial_fit(support[:8], labels[:8])
     assert loaded.lfa_.center_ and loaded.lfa_.mapping_ == "average" and loaded.lfa_.prototype_mix_ == 0.5
     np.testing.assert_allclose(loaded.lfa_.feature_mean_, index.lfa_.feature_mean_)
+
+
+def test_every_consumer_serves_the_estimators_own_query_map(index, task, tmp_path):
+    _, _, _, queries, _, corpus = task
+    for mapping in ("task", "tt", "average"):
+        own = index.lfa_.query_map(mapping)
+        np.testing.assert_array_equal(index.query_transform(mapping), own.matrix)
+        np.testing.assert_array_equal(index.query_offset(mapping), own.offset)  # centred: o = −μ W
+        np.testing.assert_array_equal(index.transform(queries, mapping), own.align(queries))
+    index.save(tmp_path / "ix")
+    loaded = AlignedIndex.load(tmp_path / "ix")
+    # the corpus keeps the map its vectors were aligned with, across save and load
+    np.testing.assert_array_equal(loaded.search_corpus(corpus[:20], 3)[1], index.search_corpus(corpus[:20], 3)[1])
+    assert loaded._corpus.query_map.offset is not None
+    np.testing.assert_array_equal(loaded._corpus.query_map.matrix, index._corpus.query_map.matrix)

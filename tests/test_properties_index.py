@@ -38,9 +38,8 @@ from properties import (
 from safetensors.numpy import load_file, save_file
 
 from lfa_index import LFA, AlignedIndex, IndexFormatError, LFAIndexError, ZeroNormError
-from lfa_index.index import folding
+from lfa_index.core.query_map import QueryMap
 from lfa_index.index.calibration import heldout_scores
-from lfa_index.index.maps import QueryMap
 from lfa_index.stores import ChromaStore, FaissStore, LanceDBStore, QdrantStore
 
 pytestmark = pytest.mark.usefixtures("single_threaded", "warm")
@@ -136,8 +135,8 @@ def test_rows_a_singular_map_sends_to_zero_get_a_typed_error_not_infinite_scores
     g = (rng.standard_normal((4, rank)) @ rng.standard_normal((rank, 4))).astype(np.float32)  # rank < 4
     null = np.linalg.svd(g.astype(np.float64))[0][:, -1]  # a direction g sends to zero
     x = np.vstack([rng.standard_normal((2, 4)), null]).astype(np.float32)
-    query_map = QueryMap(g, np.zeros(4, dtype=np.float32) if offset else None)
-    norms = folding.query_norms(x, g, query_map.offset)
+    query_map = QueryMap(g, mean=np.zeros(4, dtype=np.float32) if offset else None)
+    norms = query_map.raw_norms(x)
     try:
         checked = query_map.norms(x)
     except ZeroNormError:

@@ -32,7 +32,8 @@ from ..errors import (
 from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, FitOptions, RefineConfig
 from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
-from .serving import AlignedClassifierMixin, project_rows
+from .query_map import project_rows
+from .serving import AlignedClassifierMixin
 from .state import FittedState, summary_line
 from .targets import encode_targets
 from .validation import BOOLEAN, Interval, StrOptions, check_embeddings, fit_or_restore, options, validate_params

@@ -1,7 +1,9 @@
 """Answering queries with a fitted LFA: numpy only, so a saved index serves without torch.
 
 :class:`AlignedClassifierMixin` holds the query side of :class:`~lfa_index.core.estimator.LFA`:
-a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` and class c scores
+a query ``x`` is mapped to ``z = (normalize(proj(normalize(x))) − μ) W`` by the estimator's
+:class:`~lfa_index.core.query_map.QueryMap` (:meth:`~AlignedClassifierMixin.query_map`, the one
+map an index, a store or an integration serves too), and class c scores
 ``(z·q_c + b_c)/||z||``, where ``q_c`` are ``prototypes_``, ``b_c`` ``intercept_`` and μ
 ``feature_mean_`` (the aligned cosine when b = 0). The fitted state is declared once
 (:class:`~lfa_index.core.state.FittedState`) and saves, checks and restores itself.
@@ -13,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import CHUNK_ROWS, MAPPINGS, Mapping, l2_normalize
+from ..arrays import MAPPINGS, Mapping, l2_normalize
 from ..errors import DimensionMismatchError, NotFittedError
+from .query_map import QueryMap, project_rows, unit_rows
 from .state import FITTED_ARRAYS, FITTED_VALUES, FittedState, check_fitted_state
 from .validation import check_choice, check_embeddings, weighted_accuracy
 
@@ -33,9 +36,15 @@ class AlignedClassifierMixin:
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "W_")
 
-    def _map(self, mapping: str) -> np.ndarray:
+    def query_map(self, mapping: Mapping = "task") -> QueryMap:
+        """The map named ``mapping`` ("task": W, "tt": W_tt, "average": W_avg) with this fit's
+        image-side projection and, with centring, its support mean: what every consumer aligns
+        queries with (this estimator's scores, a FAISS index, a vector store)."""
+        self._check_fitted()
         check_choice(mapping, "mapping", MAPPINGS)
-        return {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
+        weights = {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
+        projection = self.projection_ if self.projection_side_ == "image" else None
+        return QueryMap(weights, projection, self.feature_mean_ if self.center_ else None)
 
     def _project_rows(self, x: np.ndarray, side: str) -> np.ndarray:
         return project_rows(x, side, self.projection_, self.projection_side_)
@@ -51,23 +60,13 @@ class AlignedClassifierMixin:
         return x
 
     def _mapped(self, X: Any, mapping: str) -> np.ndarray:
-        """``(normalize(proj(normalize(x))) − μ) @ W`` for the chosen map, unnormalised.
-
-        In float64, so that a row's result does not depend on the rows batched with it.
-        """
+        """``(normalize(proj(normalize(x))) − μ) @ W`` for the chosen map, unnormalised, in float64."""
         x = self._check_queries(X)
-        w = np.asarray(self._map(mapping), dtype=np.float64)
-        mean = np.asarray(self.feature_mean_, dtype=np.float64) if self.center_ else None
-        flat = x.reshape(-1, x.shape[-1])
-        out = np.empty((len(flat), w.shape[1]), dtype=np.float64)
-        for start in range(0, len(flat), CHUNK_ROWS):
-            rows = self._project_rows(_unit(flat[start:start + CHUNK_ROWS].astype(np.float64)), "image")
-            out[start:start + CHUNK_ROWS] = (rows if mean is None else rows - mean) @ w
-        return out.reshape(*x.shape[:-1], w.shape[1])
+        return self.query_map(mapping).mapped(x)
 
     def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
         """Aligned, L2-normalised float32 embeddings ``normalize((proj(x) − μ) @ W)``, same shape as X but d."""
-        return _unit(self._mapped(X, mapping)).astype(np.float32)
+        return unit_rows(self._mapped(X, mapping)).astype(np.float32)
 
     def transform_prototypes(self, prototypes: Any) -> np.ndarray:
         """Bring new class prototypes (d_txt) into the aligned space (projected, L2-normalised)."""
@@ -88,7 +87,7 @@ class AlignedClassifierMixin:
         """Aligned scores (N, C) ``(z·q_c + b_c)/||z||``, multi-view rows averaged."""
         z = self._mapped(X, mapping)
         if z.ndim == 3:
-            z = _unit(z).mean(axis=1)
+            z = unit_rows(z).mean(axis=1)
         norms = np.maximum(np.linalg.norm(z, axis=1, keepdims=True), np.finfo(np.float64).tiny)
         unit = z / norms
         if prototypes is not None:
@@ -177,18 +176,6 @@ class AlignedClassifierMixin:
         check_fitted_state(state)
         fitted._set_fitted(state)
         return fitted
-
-
-def project_rows(x: np.ndarray, side: str, projection: np.ndarray | None, projection_side: str | None) -> np.ndarray:
-    """``normalize(x Rᵀ)`` when ``side`` is the one the projection R bridges, else ``x`` (in ``x``'s float dtype)."""
-    if projection_side != side:
-        return x
-    return _unit(x @ np.asarray(projection, dtype=x.dtype).T)
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    """Rows of ``x`` L2-normalised in their own float dtype (all-zero rows stay zero)."""
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.finfo(x.dtype).tiny)
 
 
 def _plain(value: Any) -> Any:

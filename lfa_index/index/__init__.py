@@ -1,7 +1,7 @@
 """AlignedIndex: an LFA estimator served as exact inner-product search in FAISS, one job per module.
 
-``folding``    the folding math, pure functions over arrays (also used by the stores and integrations)
-``maps``       the LFA's maps as raw queries see them (G, o)
+``folding``    scores and rankings of folded class vectors, the exact re-rank (also used by the stores and
+               integrations); the query map itself is :class:`lfa_index.core.query_map.QueryMap`
 ``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
 ``calibration`` rejection thresholds: held-out scores of the support rows, the quantile
 ``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes

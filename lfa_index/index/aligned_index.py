@@ -36,13 +36,12 @@ from .calibration import (
     quantile_threshold,
     support_scores,
 )
-from .classes import ClassTable, class_vectors, nearest_classes, search_classes
+from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, search_classes
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
 from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
 from .labels import LabelSpace
-from .maps import query_maps
 from .openset import NoveltyScore
 
 
@@ -54,7 +53,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     """Few-shot classifier and aligned retrieval index: an LFA estimator folded into FAISS.
 
     Classifying a query is one inner-product search of the raw query against the class
-    prototypes folded with the query map (:mod:`lfa_index.index.folding`); classes added later from
+    prototypes folded with the LFA's query map (:class:`lfa_index.core.query_map.QueryMap`); classes added later from
     text alone are scored with the base-to-new map W_tt (paper §4.5).
 
     Parameters
@@ -190,7 +189,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def _publish(self, space: LabelSpace, is_new: np.ndarray, text: np.ndarray, added: np.ndarray) -> None:
         """A new class table; a kept τ is dropped (it was set on the scores of the previous one)."""
         prototypes, intercept = class_vectors(self.lfa_, is_new, added)
-        maps = query_maps(self.lfa_)
+        maps = fitted_maps(self.lfa_)
         self._table = ClassTable.build(space, prototypes, intercept, is_new, text, maps, self._device)
         self._reject_below = None
 
@@ -398,7 +397,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         text = self.transform_text(q_text, "q_text")
         query_map = self.class_table_.query_map(self.corpus_mapping)
         fetch = min(int(k) * int(overfetch), int(index.ntotal))
-        _, candidates = index.search(folding.unalign_queries(text, query_map.matrix), fetch)
+        _, candidates = index.search(query_map.unalign(text), fetch)
 
         def aligned_rows(ids: np.ndarray) -> np.ndarray:
             rows = reconstruct(index, ids, raw)

@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..core.query_map import prepare_queries
 from . import folding
-from .maps import query_maps
 
 MAX_FOLDS = 5
 How = Literal["cross-fitted", "k-fold", "support"]
@@ -132,9 +132,9 @@ def _best_macro_f1_threshold(scores: np.ndarray, truth: np.ndarray, predicted: n
 
 def best_scores(lfa: Any, x: np.ndarray) -> np.ndarray:
     """Best aligned score over ``lfa``'s classes of raw float32 rows ``x`` (n,), as the index scores them."""
-    task = query_maps(lfa)["task"]
+    task = lfa.query_map("task")
     folded = task.fold(np.asarray(lfa.prototypes_, dtype=np.float32), np.asarray(lfa.intercept_, dtype=np.float32))
-    queries = folding.prepare_queries(x, augmented=folded.shape[1] == x.shape[1] + 1)
+    queries = prepare_queries(x, augmented=folded.shape[1] == x.shape[1] + 1)
     return folding.aligned_scores(queries @ folded.T, task.norms(x)).max(axis=1).astype(np.float32)
 
 

@@ -7,7 +7,7 @@ current one once per call, so every answer comes from a single consistent state.
 
 Example
 -------
->>> table = ClassTable.build(space, prototypes, intercept, is_new, text, query_maps(lfa), FaissDevice("cpu"))
+>>> table = ClassTable.build(space, prototypes, intercept, is_new, text, fitted_maps(lfa), FaissDevice("cpu"))
 >>> scores, positions = search_classes(table, x, 5)
 """
 
@@ -20,11 +20,11 @@ import faiss
 import numpy as np
 
 from ..arrays import MAPPINGS
+from ..core.query_map import QueryMap, prepare_queries
 from ..core.validation import check_choice
 from . import folding
 from .device import FaissDevice
 from .labels import LabelSpace
-from .maps import QueryMap
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,10 @@ class ClassGroup:
     @property
     def augmented(self) -> bool:
         """Whether queries get their norm as a trailing coordinate (class biases or centring)."""
-        return self.folded.shape[1] == self.query_map.matrix.shape[0] + 1
+        return self.folded.shape[1] == self.query_map.n_features_in + 1
 
     def queries(self, x: np.ndarray) -> np.ndarray:
-        return folding.prepare_queries(x, self.augmented)
+        return prepare_queries(x, self.augmented)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class ClassTable:
 
     @property
     def n_features(self) -> int:
-        return int(self.maps["task"].matrix.shape[0])
+        return self.maps["task"].n_features_in
 
     @property
     def augmented(self) -> bool:
@@ -115,6 +115,11 @@ class ClassTable:
 
 def _rebuilt(*parts: Any) -> ClassTable:
     return ClassTable.build(*parts[:7], folded=parts[7])
+
+
+def fitted_maps(lfa: Any) -> dict[str, QueryMap]:
+    """Every query map of a fitted LFA, by name ("task", "tt", "average")."""
+    return {mapping: lfa.query_map(mapping) for mapping in MAPPINGS}
 
 
 def group_masks(is_new: np.ndarray) -> list[tuple[str, np.ndarray]]:

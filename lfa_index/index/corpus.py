@@ -5,7 +5,7 @@ The map is frozen at the first add: images added before a refit keep the map the
 
 Example
 -------
->>> corpus = Corpus.create("IVF1024,PQ32", "nprobe=16", "task", maps["task"], FaissDevice("cpu"))
+>>> corpus = Corpus.create("IVF1024,PQ32", "nprobe=16", "task", lfa.query_map("task"), FaissDevice("cpu"))
 >>> corpus.add(images, ids=None)
 >>> scores, ids = corpus.search(corpus.query_map.align(queries), k=10, caller="search_corpus")
 """
@@ -20,6 +20,7 @@ import faiss
 import numpy as np
 
 from ..arrays import CHUNK_ROWS
+from ..core.query_map import QueryMap
 from ..core.validation import check_ids
 from ..errors import (
     DimensionMismatchError,
@@ -30,7 +31,6 @@ from ..errors import (
     InvalidParameterError,
 )
 from .device import FaissDevice, faiss_reason
-from .maps import QueryMap
 
 TRAIN_ROWS = 262144  # rows of the first add used to train a corpus index (more for IVF with nlist > 1024)
 ID_LIMIT = 2**63  # ids are int64: the last one is 2**63 - 1
@@ -93,7 +93,7 @@ class Corpus:
         cls, factory: str, params: str | None, mapping: str, query_map: QueryMap, device: FaissDevice
     ) -> "Corpus":
         """An empty corpus of ``factory`` (under an ``IndexIDMap2``) searched with ``params``."""
-        index = faiss.index_factory(query_map.matrix.shape[1], "IDMap2," + factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(query_map.n_features_out, "IDMap2," + factory, faiss.METRIC_INNER_PRODUCT)
         index = device.to_device(index)
         apply_params(index, params, factory, device)
         return cls(index, query_map, mapping, np.empty(0, dtype=np.int64), 0, device, factory)

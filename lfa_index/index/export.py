@@ -17,6 +17,7 @@ import faiss
 import numpy as np
 
 from ..arrays import MAPPINGS, Mapping
+from ..core.query_map import prepare_queries
 from ..core.validation import check_choice, check_query_matrix
 from . import folding
 from .classes import ClassTable
@@ -54,7 +55,7 @@ class StoreExportMixin:
     def prepare_queries(self, X: Any) -> np.ndarray:
         """Raw queries as :meth:`aligned_prototypes` expects them: float32 (n, d_in), or ``[x, ||x||]``."""
         table = self.class_table_
-        return folding.prepare_queries(_queries(table, X), table.augmented)
+        return prepare_queries(_queries(table, X), table.augmented)
 
     def query_norms(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
         """``||x G + ||x|| o||`` (n,): divides inner products with folded prototypes into aligned scores."""
@@ -69,7 +70,7 @@ class StoreExportMixin:
     def query_offset(self, mapping: Mapping = "task") -> np.ndarray:
         """The offset o, (d,), of the affine query map ``normalize(x̂ @ G + o)``; zero without centring."""
         query_map = self.class_table_.query_map(mapping)
-        return np.zeros(query_map.matrix.shape[1], np.float32) if query_map.offset is None else query_map.offset.copy()
+        return np.zeros(query_map.n_features_out, np.float32) if query_map.offset is None else query_map.offset.copy()
 
     def query_transform(self, mapping: Mapping = "task") -> np.ndarray:
         """The query map G = Rᵀ W, (d_in, d): the aligned embedding of ``x`` is ``normalize(x̂ @ G + o)``."""

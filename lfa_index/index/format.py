@@ -12,7 +12,9 @@ estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fit
 ``arrays.safetensors``  ``lfa.<name>``: the estimator's fitted arrays; ``text_embeddings`` (C, d_txt),
                         ``is_new_class`` (C,), ``added_prototypes`` (prototypes of the classes added
                         from text since the last fit), ``folded_task`` / ``folded_tt``, the support
-                        set, and the corpus map ``corpus_query_map`` / ``corpus_query_offset``.
+                        set, and the corpus's query map ``corpus_map_weights`` W and, when it has them,
+                        ``corpus_map_projection`` R / ``corpus_map_mean`` μ
+                        (a :class:`~lfa_index.core.query_map.QueryMap`).
 ``corpus.faiss``        the aligned corpus (an ``IndexIDMap2``), when there is one.
 
 An index of any other format is refused with :class:`~lfa_index.errors.IndexVersionError` (re-fit and re-save).
@@ -33,12 +35,12 @@ import numpy as np
 from .. import persistence
 from ..arrays import MAPPINGS
 from ..core import LFA
+from ..core.query_map import QueryMap
 from ..core.validation import check_choice, check_stored_array, validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
-from .classes import ClassTable, class_vectors, group_masks
+from .classes import ClassTable, class_vectors, fitted_maps, group_masks
 from .corpus import ID_LIMIT
 from .labels import LabelSpace
-from .maps import QueryMap, query_maps
 
 INDEX_FORMAT = 1
 KIND = "aligned-index"
@@ -89,9 +91,9 @@ def save_index(
     indexes, corpus_doc = {}, None
     if corpus is not None:
         indexes[CORPUS_FILE], corpus_doc, corpus_map = corpus
-        arrays["corpus_query_map"] = corpus_map.matrix
-        if corpus_map.offset is not None:
-            arrays["corpus_query_offset"] = corpus_map.offset
+        for part_name in ("weights", "projection", "mean"):
+            if getattr(corpus_map, part_name) is not None:
+                arrays[f"corpus_map_{part_name}"] = getattr(corpus_map, part_name)
     lfa_param = params["lfa"]
     doc = {
         "index_format": INDEX_FORMAT,
@@ -224,7 +226,7 @@ def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:
     added = check_stored_array(arrays["added_prototypes"], "added_prototypes",
                                shape=(len(text) - n_fitted, lfa.prototypes_.shape[1]))
     prototypes, intercept = class_vectors(lfa, is_new, added)
-    maps = query_maps(lfa)
+    maps = fitted_maps(lfa)
     folded = _check_folded(arrays, maps, prototypes, intercept, is_new)
     return dict(text=text, is_new=is_new, prototypes=prototypes, intercept=intercept, maps=maps, folded=folded)
 
@@ -235,23 +237,32 @@ def _corpus(
 ) -> tuple[faiss.Index, np.ndarray, str, int, QueryMap]:
     params_file, arrays_file, corpus_file = files
     with blame(params_file):
-        mapping, next_id = check_choice(doc["mapping"], "mapping", MAPPINGS), doc["next_id"]
+        mapping, next_id = doc["mapping"], doc["next_id"]
+        check_choice(mapping, "corpus mapping", MAPPINGS)
     with blame(arrays_file):
-        matrix = check_stored_array(arrays["corpus_query_map"], "corpus_query_map", ndim=2)
-        offset = None
-        if "corpus_query_offset" in arrays:
-            offset = check_stored_array(arrays["corpus_query_offset"], "corpus_query_offset",
-                                        shape=(matrix.shape[1],))
-        if matrix.shape[0] != n_features:
-            raise ValueError(f"corpus_query_map has {matrix.shape[0]} rows for {n_features}-d images")
+        query_map = _corpus_map(arrays, n_features)
     with blame(corpus_file):
-        index, ids = _corpus_index(index, matrix.shape[1])
+        index, ids = _corpus_index(index, query_map.n_features_out)
     with blame(params_file):
         if isinstance(next_id, bool) or not isinstance(next_id, int) or not 0 <= next_id <= ID_LIMIT:
             raise ValueError(f"corpus next_id must be an integer in 0..2**63, got {next_id!r}")
         if len(ids) and next_id <= ids[-1]:
             raise ValueError(f"corpus next_id {next_id} is not above the largest id held ({ids[-1]})")
-    return index, ids, mapping, next_id, QueryMap(matrix, offset)
+    return index, ids, mapping, next_id, query_map
+
+
+def _corpus_map(arrays: dict[str, np.ndarray], n_features: int) -> QueryMap:
+    """The corpus's saved query map, checked: W (d, d_out), R (d, d_in) if any, μ (d,) if any."""
+    weights = check_stored_array(arrays["corpus_map_weights"], "corpus_map_weights", ndim=2)
+    projection = mean = None
+    if "corpus_map_projection" in arrays:
+        projection = check_stored_array(arrays["corpus_map_projection"], "corpus_map_projection",
+                                        shape=(weights.shape[0], n_features))
+    elif weights.shape[0] != n_features:
+        raise ValueError(f"corpus_map_weights has {weights.shape[0]} rows for {n_features}-d images")
+    if "corpus_map_mean" in arrays:
+        mean = check_stored_array(arrays["corpus_map_mean"], "corpus_map_mean", shape=(weights.shape[0],))
+    return QueryMap(weights, projection, mean)
 
 
 def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:

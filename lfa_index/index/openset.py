@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from ..core.query_map import QueryMap
 from .classes import ClassTable
 from .device import FaissDevice
-from .maps import QueryMap
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ..arrays import MAPPINGS
 from ..core.validation import as_real_array, check_choice
 from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, NonFiniteError, ShapeError
 from ..index import AlignedIndex
-from ..index.folding import rerank, unalign_queries
+from ..index.folding import rerank
 from ..stores import FaissStore, VectorStore, prototype_dim, search_classes, write_prototypes
 
 Space = Literal["raw", "aligned"]
@@ -86,7 +86,7 @@ class AlignedEmbedder:
         self.space = space
         self.mapping = index.corpus_mapping if mapping is None else mapping
         check_choice(self.mapping, "mapping", MAPPINGS)
-        self._query_map = index.query_transform(self.mapping)  # also checks that the index is fitted
+        self._query_map = index.class_table_.query_map(self.mapping)  # also checks that the index is fitted
         self._queries = embed_function(query_embedder, "text", "query_embedder", query=True)
         self._documents = (
             None if document_embedder is None
@@ -96,7 +96,7 @@ class AlignedEmbedder:
     @property
     def dim(self) -> int:
         """Width of the vectors given to the framework: ``d_in`` (raw) or the aligned dimension."""
-        return self.index.n_features_in_ if self.space == "raw" else self._query_map.shape[1]
+        return self.index.n_features_in_ if self.space == "raw" else self._query_map.n_features_out
 
     def aligned_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Aligned, L2-normalised text queries ``t`` (n, d)."""
@@ -113,7 +113,7 @@ class AlignedEmbedder:
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors in this space: ``t Gᵀ`` (raw) or ``t`` (aligned), float32 (n, dim)."""
         t = self.aligned_queries(texts)
-        return unalign_queries(t, self._query_map) if self.space == "raw" else t
+        return self._query_map.unalign(t) if self.space == "raw" else t
 
     def raw_documents(self, texts: Sequence[str]) -> np.ndarray:
         """The document-side model's embeddings (n, d_in)."""

@@ -9,7 +9,8 @@ Corpora: either the store holds aligned images ``index.transform(x)`` and is sea
 text (:func:`add_aligned` / :func:`search_aligned`, exact on a flat index), or it holds raw
 images and the text query is mapped back, ``y Gᵀ``, with an exact re-rank of ``k · overfetch``
 candidates (:func:`search_unaligned`, as :meth:`AlignedIndex.search_unaligned`). Both sides call
-the same functions of :mod:`lfa_index.index.folding` for the folded ranking and the exact re-rank.
+the index's :class:`~lfa_index.core.query_map.QueryMap` and the same functions of
+:mod:`lfa_index.index.folding` for the folded ranking and the exact re-rank.
 
 Example
 -------
@@ -28,10 +29,11 @@ import numpy as np
 
 from ..arrays import CHUNK_ROWS
 from ..arrays import Mapping as MapName
+from ..core.query_map import QueryMap
 from ..core.validation import check_ids, check_number, check_query_matrix
 from ..errors import EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex
-from ..index.folding import rerank, top_classes, unalign_queries
+from ..index.folding import rerank, top_classes
 from .base import VectorStore, check_store
 
 MAPPING_FIELD = "mapping"  # which map a prototype is folded with: "task" (fitted classes) or "tt" (added from text)
@@ -221,7 +223,7 @@ def add_aligned(
     x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
     ids = check_ids(ids, len(x))
     mapping, query_map = _corpus_map(index, mapping)
-    check_store(store, query_map.shape[1], "aligned embeddings (the aligned space's dimension)")
+    check_store(store, query_map.n_features_out, "aligned embeddings (the aligned space's dimension)")
     for start in range(0, len(x), CHUNK_ROWS):
         stop = start + CHUNK_ROWS
         part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
@@ -270,7 +272,7 @@ def search_unaligned(
     held = store.count()
     if held == 0:
         raise EmptyIndexError(f"{store.location} is empty: add raw image embeddings to it before search_unaligned().")
-    _, candidates = store.search(unalign_queries(queries, query_map), min(k * int(overfetch), held))
+    _, candidates = store.search(query_map.unalign(queries), min(k * int(overfetch), held))
     return rerank(queries, candidates, lambda ids: index.transform(store.get(ids), mapping), k)
 
 
@@ -308,6 +310,6 @@ def support_from_store(
 
 
 # ------------------------------------------------------------------------------ helpers
-def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, np.ndarray]:
+def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, QueryMap]:
     mapping = index.corpus_mapping if mapping is None else mapping
-    return mapping, index.query_transform(mapping)
+    return mapping, index.class_table_.query_map(mapping)
