@@ -433,7 +433,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 counts = np.bincount(codes)
                 options = self._fit_options(int(counts[counts > 0].min()), affine_queries(kind, side), side is None,
                                             previous)
-                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, asked=options, **shared)
+                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options, **shared)
         finally:
             bar.close()
         state.classes_, state.n_features_in_, state.text_prototypes_ = labels_of, d_img, text_prototypes

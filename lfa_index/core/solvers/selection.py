@@ -95,7 +95,7 @@ class Variant:
 
 
 @dataclass(frozen=True)
-class Rows:
+class SupportRows:
     """The support rows under one variant: what refinement sees and what the classifier sees."""
 
     fit: torch.Tensor  # (n, d) or (n, V, d) L2-normalised rows for Procrustes and refinement
@@ -249,7 +249,7 @@ def served_classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base:
 
 
 def cross_fitted_evidence(
-    rows: dict[Variant, Rows],
+    rows: dict[Variant, SupportRows],
     labels: torch.Tensor,
     prototypes: torch.Tensor,
     *,

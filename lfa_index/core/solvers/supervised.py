@@ -31,8 +31,8 @@ from .selection import (
     PAPER_CHECKPOINTS,
     Candidate,
     Evidence,
-    Rows,
     Selection,
+    SupportRows,
     Variant,
     checkpoints_for,
     choose,
@@ -49,7 +49,7 @@ CENTRING_MIN_NORM = 1e-3
 
 
 @dataclass(frozen=True)
-class Warm:
+class WarmStart:
     """The previous fit a warm start continues from (its state as tensors on the fit's device)."""
 
     W: torch.Tensor  # task map
@@ -61,7 +61,7 @@ class Warm:
     blend_share: float | None = None  # the discriminant's share in the previous fit's served average (None: none)
 
     @classmethod
-    def of(cls, previous: FittedState, device: torch.device) -> "Warm":
+    def of(cls, previous: FittedState, device: torch.device) -> "WarmStart":
         """The warm start of a previous fitted state."""
         return cls(
             W=torch.as_tensor(previous.task_map(), device=device),
@@ -80,22 +80,23 @@ def first_view(x: torch.Tensor) -> torch.Tensor:
     return x[:, 0] if x.ndim == 3 else x
 
 
-def choose_beta(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions,
+def choose_beta(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, options: FitOptions,
                 informative: bool, seed: int) -> BetaChoice:
-    """β as asked: fixed, or by CV (with the zero-shot guard when ``asked.keep_zero_shot``)."""
-    if asked.beta is not None:
-        return BetaChoice(float(asked.beta), "fixed")
-    return select_beta(x0, labels, prototypes, identity_informative=informative, guard=asked.keep_zero_shot,
-                       n_splits=asked.cv_splits, val_size=asked.cv_val_size, random_state=seed)
+    """β as the options ask: fixed, or by CV (with the zero-shot guard when ``options.keep_zero_shot``)."""
+    if options.beta is not None:
+        return BetaChoice(float(options.beta), "fixed")
+    return select_beta(x0, labels, prototypes, identity_informative=informative, guard=options.keep_zero_shot,
+                       n_splits=options.cv_splits, val_size=options.cv_val_size, random_state=seed)
 
 
-def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions, informative: bool,
-                 seed: int, mean: torch.Tensor, warm: Warm | None) -> dict[bool, tuple[Rows, BetaChoice]]:
-    """The support rows (and their β) without and/or with centring, as far as ``asked.centers`` needs."""
+def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, options: FitOptions,
+                 informative: bool, seed: int, mean: torch.Tensor,
+                 warm: WarmStart | None) -> dict[bool, tuple[SupportRows, BetaChoice]]:
+    """The support rows (and their β) without and/or with centring, as far as ``options.centers`` needs."""
     out = {}
-    for centred in asked.centers:
+    for centred in options.centers:
         if centred and warm is None and float((x - mean).norm(dim=-1).min()) < CENTRING_MIN_NORM:
-            if asked.centers == (True,):
+            if options.centers == (True,):
                 raise InvalidInputError(
                     "center=True needs support rows that differ in direction, but centring sends some of them to "
                     "(almost) zero: the support lies along one direction. Set center=False (or 'auto')."
@@ -106,8 +107,8 @@ def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
         if warm is not None:
             beta = BetaChoice(warm.beta, "warm-start")
         else:
-            beta = choose_beta(first_view(fit_rows), labels, prototypes, asked, informative and not centred, seed)
-        out[centred] = (Rows(fit_rows, served, beta.beta), beta)
+            beta = choose_beta(first_view(fit_rows), labels, prototypes, options, informative and not centred, seed)
+        out[centred] = (SupportRows(fit_rows, served, beta.beta), beta)
     return out
 
 
@@ -116,7 +117,7 @@ def solve_supervised(
     labels: torch.Tensor,
     prototypes: torch.Tensor,
     *,
-    asked: FitOptions,
+    options: FitOptions,
     config: RefineConfig,
     seed: int,
     generator: torch.Generator,
@@ -129,15 +130,15 @@ def solve_supervised(
     device = x.device
     n_classes = prototypes.shape[0]
     x0 = first_view(x)
-    warm = None if previous is None else Warm.of(previous, device)
+    warm = None if previous is None else WarmStart.of(previous, device)
     # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
-    identity_informative = asked.same_space and (asked.keep_zero_shot or asked.new_class_map == "auto") \
+    identity_informative = options.same_space and (options.keep_zero_shot or options.new_class_map == "auto") \
         and identity_is_informative(x0, labels, prototypes)
     mean = x0.mean(dim=0) if warm is None or not warm.candidate.variant.center else warm.mean
-    rows = variant_rows(x, labels, prototypes, asked, identity_informative, seed, mean, warm)
-    plain = Variant(asked.centers[0] if len(asked.centers) == 1 else False,
-                    asked.refines[0] if len(asked.refines) == 1 else False)
-    variants = {Variant(c, r): rows[c][0] for c in asked.centers if c in rows for r in asked.refines}
+    rows = variant_rows(x, labels, prototypes, options, identity_informative, seed, mean, warm)
+    plain = Variant(options.centers[0] if len(options.centers) == 1 else False,
+                    options.refines[0] if len(options.refines) == 1 else False)
+    variants = {Variant(c, r): rows[c][0] for c in options.centers if c in rows for r in options.refines}
     y_np = labels.cpu().numpy()
     folds = support_folds(y_np, config.folds, seed)
 
@@ -146,24 +147,25 @@ def solve_supervised(
     if warm is not None:
         candidate, horizon = warm.candidate, warm.steps
         selection = Selection(candidate, "warm-start", horizon, blend_share=warm.blend_share)
-    elif asked.paper_classifier:
-        candidate, horizon, step_trials = _paper_steps(rows[plain.center][0], labels, prototypes, asked, config,
+    elif options.paper_classifier:
+        candidate, horizon, step_trials = _paper_steps(rows[plain.center][0], labels, prototypes, options, config,
                                                        seed, progress)
     elif folds is None:  # one row per class: nothing can be held out
-        steps = asked.steps if asked.steps is not None else (0 if n_classes <= config.k + 1 else ONE_SHOT_STEPS)
+        steps = options.steps if options.steps is not None else (0 if n_classes <= config.k + 1 else ONE_SHOT_STEPS)
         # a kept zero-shot map keeps its text prototypes too; otherwise the single row enters lightly
         kept = rows[plain.center][1].beta == 1.0 and identity_informative
-        mix = (0.0 if kept else ONE_SHOT_MIX) if len(asked.mixes) > 1 else asked.mixes[0]
-        candidate, horizon = Candidate(plain, int(steps), asked.mappings[0] if len(asked.mappings) == 1 else "task",
-                                       float(mix), asked.kinds[0]), int(steps)
+        mix = (0.0 if kept else ONE_SHOT_MIX) if len(options.mixes) > 1 else options.mixes[0]
+        candidate, horizon = Candidate(plain, int(steps), options.mappings[0] if len(options.mappings) == 1 else "task",
+                                       float(mix), options.kinds[0]), int(steps)
         selection = Selection(candidate, "one-shot", horizon)
-    elif asked.steps is not None and len(variants) == len(asked.mixes) == len(asked.mappings) == len(asked.kinds) == 1:
-        candidate = Candidate(plain, int(asked.steps), asked.mappings[0], float(asked.mixes[0]), asked.kinds[0])
-        horizon = int(asked.steps)
+    elif options.steps is not None and \
+            len(variants) == len(options.mixes) == len(options.mappings) == len(options.kinds) == 1:
+        candidate = Candidate(plain, int(options.steps), options.mappings[0], float(options.mixes[0]), options.kinds[0])
+        horizon = int(options.steps)
         selection = Selection(candidate, "fixed", horizon)
     else:
-        horizon = asked.steps if asked.steps is not None else horizon_for(len(y_np), n_classes, config.k)
-        marks = (horizon,) if asked.steps is not None else checkpoints_for(horizon)
+        horizon = options.steps if options.steps is not None else horizon_for(len(y_np), n_classes, config.k)
+        marks = (horizon,) if options.steps is not None else checkpoints_for(horizon)
         if progress is not None:  # the clock starts with the steps it counts (β's cross-validation is done)
             fused_adamw_supported(x.device)  # torch's first optimiser step imports for seconds: not a step's cost
             progress.reset(total=len(variants) * len(folds) * horizon + horizon)
@@ -171,11 +173,11 @@ def solve_supervised(
         repeats = [folds] if horizon > 0 else \
             [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r) for r in range(CLOSED_FORM_REPEATS)]
         evidence = Evidence.mean([cross_fitted_evidence(
-            variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=asked.mixes,
-            mappings=asked.mappings, kinds=asked.kinds, config=config, random_state=seed,
-            progress=progress, blend=asked.blend,
+            variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=options.mixes,
+            mappings=options.mappings, kinds=options.kinds, config=config, random_state=seed,
+            progress=progress, blend=options.blend,
         ) for f in repeats])
-        selection = choose(evidence, plain, asked.mappings[0] if len(asked.mappings) == 1 else "task")
+        selection = choose(evidence, plain, options.mappings[0] if len(options.mappings) == 1 else "task")
         selection.runs = len(variants) * len(folds) * len(repeats) if horizon > 0 else 0
         if horizon == 0:
             selection.how = "no-refinement"
@@ -199,14 +201,14 @@ def solve_supervised(
                     train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
-    share = None if selection is None else selection.blend_share  # set by choose() when asked.blend, or kept warm
+    share = None if selection is None else selection.blend_share  # set by choose() when options.blend, or kept warm
     vectors, bias, weight = served_classifier(source.served @ served_map, labels, base, candidate.mix, candidate.kind,
                                               share=share, unit_rows=config.unit_rows)
     if bias is None:
         bias = torch.zeros(n_classes, dtype=prototypes.dtype, device=device)
 
     new_beta = None
-    if asked.new_class_map == "ema":
+    if options.new_class_map == "ema":
         w_new = result.W_tt
     else:
         new_beta = select_new_class_map(fit0, labels, prototypes, random_state=seed,
@@ -225,7 +227,7 @@ def solve_supervised(
         beta_=beta.beta, beta_selection_=beta.how, beta_scores_=beta.scores,
         new_class_beta_=None if new_beta is None else new_beta.beta, step_trials_=step_trials,
         selection_=None if selection is None else {
-            **selection.as_dict(), "new_class_map": asked.new_class_map,
+            **selection.as_dict(), "new_class_map": options.new_class_map,
             "new_class_beta": None if new_beta is None else new_beta.beta,
             "new_class_beta_selection": None if new_beta is None else new_beta.how,
         },
@@ -240,12 +242,13 @@ def to_numpy(t: torch.Tensor | None) -> np.ndarray | None:
     return None if t is None else t.detach().cpu().numpy()
 
 
-def _paper_steps(source: Rows, labels: torch.Tensor, prototypes: torch.Tensor, asked: FitOptions, config: RefineConfig,
-                 seed: int, progress: Progress | None) -> tuple[Candidate, int, list[tuple[int, float, float]] | None]:
+def _paper_steps(source: SupportRows, labels: torch.Tensor, prototypes: torch.Tensor, options: FitOptions,
+                 config: RefineConfig, seed: int,
+                 progress: Progress | None) -> tuple[Candidate, int, list[tuple[int, float, float]] | None]:
     """The paper's classifier: a fixed step count, or one held-out run (a full cosine run follows)."""
     plain = Variant(False, False)
-    if asked.steps is not None:
-        return Candidate(plain, int(asked.steps), "task", 0.0), int(asked.steps), None
+    if options.steps is not None:
+        return Candidate(plain, int(options.steps), "task", 0.0), int(options.steps), None
     if progress is not None:
         fused_adamw_supported(labels.device)
         progress.reset(total=max(PAPER_CHECKPOINTS) * 2)
