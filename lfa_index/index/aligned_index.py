@@ -40,7 +40,7 @@ from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, se
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
-from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, blame, load_index, part, save_index
+from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, as_format_error, file_label, load_index, save_index
 from .labels import LabelSpace
 from .openset import NoveltyScore
 
@@ -429,7 +429,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         missing, foreign, corrupted or inconsistent directory, naming the file."""
         saved = load_index(path, device)
         index = cls(**saved.params)
-        with blame(part(path, PARAMS_FILE)):
+        with as_format_error(file_label(path, PARAMS_FILE)):
             index._check_params()
             index._restore(saved)
         return index

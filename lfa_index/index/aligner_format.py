@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import persistence
 from ..errors import IndexVersionError
-from .format import blame, jsonable, part
+from .format import as_format_error, file_label, jsonable
 
 ALIGNER_FORMAT = 1
 KIND = "embedding-aligner"
@@ -50,8 +50,8 @@ def save_aligner(aligner: Any, path: str | Path) -> Path:
 def load_aligner(cls: type, path: str | Path) -> Any:
     """An aligner of class ``cls`` restored from directory ``path`` (checked)."""
     documents, arrays, _ = persistence.read_index_dir(path, kind=KIND)
-    params_file, arrays_file = part(path, PARAMS_FILE), part(path, ARRAYS_FILE)
-    with blame(params_file):
+    params_file, arrays_file = file_label(path, PARAMS_FILE), file_label(path, ARRAYS_FILE)
+    with as_format_error(params_file):
         doc = documents[PARAMS_FILE]
         version = doc["aligner_format"]
         if isinstance(version, bool) or not isinstance(version, int):
@@ -69,7 +69,7 @@ def load_aligner(cls: type, path: str | Path) -> Any:
         for name, value in (("n_features_in_", d_in), ("n_features_out_", d_out)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    with blame(arrays_file):
+    with as_format_error(arrays_file):
         parts = arrays[ARRAYS_FILE]
         aligner.W_ = _float32(parts, "W", (d_in, d_out))
         aligner.mean_ = _float32(parts, "mean", (d_in,))

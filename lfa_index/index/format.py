@@ -113,8 +113,8 @@ def save_index(
 def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
     """Read and check an index directory; ``device`` overrides the LFA's ``device``."""
     documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
-    params_file, arrays_file, corpus_file = (part(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
-    with blame(params_file):
+    params_file, arrays_file, corpus_file = (file_label(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
+    with as_format_error(params_file):
         doc, arr = documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {})
         _check_format(doc, params_file)
         lfa_params = {**doc["lfa"]["params"], **({} if device is None else {"device": device})}
@@ -123,7 +123,7 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         for estimator in (LFA(**lfa_params), params["lfa"]):  # each within the estimator's own constraints
             if estimator is not None:
                 validate_params(estimator.get_params(deep=False), LFA._parameter_constraints, "LFA")
-    with blame(arrays_file):
+    with as_format_error(arrays_file):
         _check_dtypes(arr)
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
         lfa = LFA.from_fitted_state(lfa_params, state, lfa_arrays)  # checks the fitted state
@@ -138,13 +138,13 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
             if support_labels.min() < 0 or support_labels.max() >= len(classes["text"]):
                 raise ValueError(f"support_labels must lie in 0..{len(classes['text']) - 1}")
         _check_estimator_arrays(lfa, len(support))
-    with blame(params_file):
+    with as_format_error(params_file):
         labels = LabelSpace.from_json(doc, len(classes["text"]))
     corpus = None
     if corpus_doc is not None:
         files = (params_file, arrays_file, corpus_file)
         corpus = _corpus(corpus_doc, arr, indexes.get(CORPUS_FILE), lfa.n_features_in_, files)
-    with blame(params_file):
+    with as_format_error(params_file):
         reject_below, encoders = _serving(doc["serving"])
     return SavedIndex(
         params, lfa, labels, classes["prototypes"], classes["intercept"], classes["is_new"], classes["text"],
@@ -158,13 +158,13 @@ def corpus_ids(index: faiss.Index) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ errors
-def part(path: str | Path, name: str) -> str:
+def file_label(path: str | Path, name: str) -> str:
     """How messages name one file of an index directory (its folder layout is persistence's)."""
     return f"{name} of the index at {path}"
 
 
 @contextmanager
-def blame(file: str) -> Iterator[None]:
+def as_format_error(file: str) -> Iterator[None]:
     """Turn whatever reading ``file``'s contents raises into one :class:`IndexFormatError` naming it."""
     try:
         yield
@@ -236,14 +236,14 @@ def _corpus(
     files: tuple[str, str, str],
 ) -> tuple[faiss.Index, np.ndarray, str, int, QueryMap]:
     params_file, arrays_file, corpus_file = files
-    with blame(params_file):
+    with as_format_error(params_file):
         mapping, next_id = doc["mapping"], doc["next_id"]
         check_choice(mapping, "corpus mapping", MAPPINGS)
-    with blame(arrays_file):
+    with as_format_error(arrays_file):
         query_map = _corpus_map(arrays, n_features)
-    with blame(corpus_file):
+    with as_format_error(corpus_file):
         index, ids = _corpus_index(index, query_map.n_features_out)
-    with blame(params_file):
+    with as_format_error(params_file):
         if isinstance(next_id, bool) or not isinstance(next_id, int) or not 0 <= next_id <= ID_LIMIT:
             raise ValueError(f"corpus next_id must be an integer in 0..2**63, got {next_id!r}")
         if len(ids) and next_id <= ids[-1]:
