@@ -442,8 +442,8 @@ def _fingerprints(ray: Any, paths: Sequence[Any], id_column: str) -> list[tuple[
         for side, path in enumerate(paths)
     ]
     totals = [[0, 0] for _ in paths]
-    for part in parts[0].union(*parts[1:]).take_all():
-        total = totals[part["side"]]
-        total[0] += int(part["rows"])
-        total[1] = (total[1] + int(part["fingerprint"])) % _FINGERPRINT_MODULUS
+    for summary in parts[0].union(*parts[1:]).take_all():
+        total = totals[summary["side"]]
+        total[0] += int(summary["rows"])
+        total[1] = (total[1] + int(summary["fingerprint"])) % _FINGERPRINT_MODULUS
     return [tuple(t) for t in totals]

@@ -138,7 +138,7 @@ def test_real_dtd_set_loads_normalised_and_the_quick_benchmark_writes_its_table(
 def test_results_of_disjoint_runs_merge_into_one_table_and_overlaps_are_refused(tmp_path):
     from benchmarks import accuracy
 
-    def part(name, sets):
+    def save_partial_run(name, sets):
         records = []
         for s in sets:
             for method in ("gda", "lfa_paper", "lfa"):
@@ -153,8 +153,8 @@ def test_results_of_disjoint_runs_merge_into_one_table_and_overlaps_are_refused(
                 "sets": {s: {"description": s} for s in sets}}
         accuracy.save(records, meta, tmp_path, name)
 
-    part("a", ["dtd"])
-    part("b", ["caltech101", "ag_news"])
+    save_partial_run("a", ["dtd"])
+    save_partial_run("b", ["caltech101", "ag_news"])
     accuracy.main(["--merge", "a", "b", "--out-dir", str(tmp_path), "--name", "merged"])
     merged = json.loads((tmp_path / "merged.json").read_text())
     assert len(merged["records"]) == 9 and set(merged["summary"]) == {"dtd", "caltech101", "ag_news"}

@@ -163,7 +163,7 @@ class AlignedEmbedder:
         return labels[:, 0], scores[:, 0]
 
 
-def native(value: Any) -> Any:
+def python_value(value: Any) -> Any:
     """A numpy scalar as a plain Python value (framework metadata is JSON-like)."""
     return value.item() if isinstance(value, np.generic) else value
 

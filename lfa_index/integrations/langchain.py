@@ -28,7 +28,7 @@ from ..core.validation import check_number
 from ..extras import import_extra
 from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, native
+from ._common import AlignedEmbedder, Space, python_value
 from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("langchain_core.embeddings", "langchain")
@@ -121,7 +121,7 @@ def classify_documents(
     labels, scores = embeddings.aligner.classify([d.page_content for d in docs], store)
     out = []
     for doc, label, score in zip(docs, labels, scores):
-        metadata = {**doc.metadata, label_key: native(label), score_key: float(score)}
+        metadata = {**doc.metadata, label_key: python_value(label), score_key: float(score)}
         out.append(Document(page_content=doc.page_content, metadata=metadata, id=doc.id))
     return out
 

@@ -24,7 +24,7 @@ from ..errors import InvalidParameterError
 from ..extras import import_extra
 from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, check_texts, native
+from ._common import AlignedEmbedder, Space, check_texts, python_value
 from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
@@ -139,7 +139,7 @@ def classify_nodes(
     out = []
     for node, label, score in zip(nodes, labels, scores):
         copy = node.model_copy(deep=True)
-        copy.metadata = {**copy.metadata, label_key: native(label), score_key: float(score)}
+        copy.metadata = {**copy.metadata, label_key: python_value(label), score_key: float(score)}
         copy.excluded_embed_metadata_keys = [*copy.excluded_embed_metadata_keys, label_key, score_key]
         copy.excluded_llm_metadata_keys = [*copy.excluded_llm_metadata_keys, label_key, score_key]
         out.append(copy)

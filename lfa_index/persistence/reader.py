@@ -106,11 +106,11 @@ def _read_files(
     for name, entry in files.items():
         file = folder / name
         _verify_file(file, entry)
-        part = PART_SUFFIXES[Path(name).suffix]
+        file_kind = PART_SUFFIXES[Path(name).suffix]
         try:
-            if part == "json":
+            if file_kind == "json":
                 documents[name] = json.loads(file.read_bytes())
-            elif part == "safetensors":
+            elif file_kind == "safetensors":
                 arrays[name] = load_file(str(file))
             else:
                 faiss_layout(file)  # a flat index of the wrong size: refused before FAISS allocates what it claims

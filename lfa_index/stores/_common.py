@@ -159,7 +159,7 @@ def requested_ids(ids: Any) -> tuple[np.ndarray, np.ndarray]:
     return wanted.astype(np.int64), unique
 
 
-def unfilled(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def empty_results(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(scores, ids)`` of ``n`` queries before any result: each (n, k), score -inf and id -1."""
     return np.full((n, k), -np.inf, dtype=np.float32), np.full((n, k), -1, dtype=np.int64)
 
@@ -385,7 +385,7 @@ class CollectionStore:
         raise NotImplementedError
 
     def _require_held(self, ids: np.ndarray) -> None:
-        missing = [part[~np.isin(part, self._held(part))] for part in np.array_split(ids, max(1, len(ids) // 4096))]
+        missing = [chunk[~np.isin(chunk, self._held(chunk))] for chunk in np.array_split(ids, max(1, len(ids) // 4096))]
         missing = np.concatenate(missing) if missing else ids[:0]
         if len(missing):
             raise InvalidInputError(f"{self.location} holds no row with id(s) {missing[:5].tolist()}.")

@@ -226,8 +226,8 @@ def add_aligned(
     check_store(store, query_map.n_features_out, "aligned embeddings (the aligned space's dimension)")
     for start in range(0, len(x), CHUNK_ROWS):
         stop = start + CHUNK_ROWS
-        part = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
-        store.add(index.transform(x[start:stop], mapping), ids[start:stop], fields=part)
+        batch_fields = None if fields is None else {name: list(values)[start:stop] for name, values in fields.items()}
+        store.add(index.transform(x[start:stop], mapping), ids[start:stop], fields=batch_fields)
     return store
 
 

@@ -31,6 +31,7 @@ from ..extras import import_extra
 from ._common import (
     Batches,
     CollectionStore,
+    empty_results,
     parse_ids,
     probe,
     query_chunk,
@@ -38,7 +39,6 @@ from ._common import (
     rescore,
     row_fields,
     server_address,
-    unfilled,
 )
 from .base import Where, check_fields, check_vectors, check_where
 
@@ -256,12 +256,12 @@ class ChromaStore(CollectionStore):
             rows = self._call("read rows", self._col.get, where=expr, include=["embeddings"])
             ids = parse_ids(rows["ids"], self.location)
             if len(ids) == 0:
-                return unfilled(len(q), k)
+                return empty_results(len(q), k)
             vectors = np.asarray(rows["embeddings"], dtype=np.float32).reshape(len(ids), self.dim)
             return rescore(q, k, self.metric, 4096, lambda chunk: (ids, vectors))
         fetch = min(held, k * self.overfetch)
         if fetch == 0:
-            return unfilled(len(q), k)
+            return empty_results(len(q), k)
 
         def candidates(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             found = self._call(
@@ -282,8 +282,8 @@ class ChromaStore(CollectionStore):
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
 
-        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            rows = self._call("get rows", self._col.get, ids=[str(i) for i in part.tolist()], include=["embeddings"])
+        def fetch(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            rows = self._call("get rows", self._col.get, ids=[str(i) for i in chunk.tolist()], include=["embeddings"])
             return parse_ids(rows["ids"], self.location), np.asarray(rows["embeddings"], dtype=np.float32)
 
         return self._gather(ids, self._batch_rows(), fetch)
@@ -343,15 +343,15 @@ class ChromaStore(CollectionStore):
         step = self._batch_rows()
         keys = [str(i) for i in ids.tolist()]
         for start in range(0, len(keys), step):
-            part = keys[start : start + step]
-            old = self._call("get rows", self._col.get, ids=part, include=["metadatas"])
+            batch_keys = keys[start : start + step]
+            old = self._call("get rows", self._col.get, ids=batch_keys, include=["metadatas"])
             stale = {key: set(m or {}) for key, m in zip(old["ids"], old["metadatas"])}
             metadatas = []
-            for j, key in enumerate(part, start):
+            for j, key in enumerate(batch_keys, start):
                 row = {name: vs[j] for name, vs in values.items()}
                 row.update({name: None for name in stale.get(key, ()) if name not in row})  # None removes a key
                 metadatas.append(row or None)
-            self._call("upsert rows", self._col.upsert, ids=part, embeddings=x[start : start + step],
+            self._call("upsert rows", self._col.upsert, ids=batch_keys, embeddings=x[start : start + step],
                        metadatas=metadatas)
         kept, offset, others = set(keys), 0, []
         while True:

@@ -24,12 +24,12 @@ from ..extras import import_extra
 from ._common import (
     Batches,
     CollectionStore,
+    empty_results,
     filter_literal,
     parse_ids,
     query_chunk,
     reason,
     rescore,
-    unfilled,
 )
 from .base import Where, check_fields, check_vectors, check_where, object_column
 
@@ -294,7 +294,7 @@ class LanceDBStore(CollectionStore):
         k = check_number(k, "k", low=1, integer=True)
         expr = self._where(where)
         if expr is None:
-            return unfilled(len(q), k)
+            return empty_results(len(q), k)
 
         def candidates(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             builder = (
@@ -325,11 +325,11 @@ class LanceDBStore(CollectionStore):
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
 
-        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            expr = f"`{self.id_field}` IN ({', '.join(map(str, part.tolist()))})"
+        def fetch(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            expr = f"`{self.id_field}` IN ({', '.join(map(str, chunk.tolist()))})"
             rows = self._call(
                 "get rows",
-                self._table.search().where(expr).select([self.id_field, self.vector_field]).limit(len(part)).to_arrow,
+                self._table.search().where(expr).select([self.id_field, self.vector_field]).limit(len(chunk)).to_arrow,
             )
             return rows[self.id_field].to_numpy(), self._vectors(rows)
 

@@ -34,12 +34,12 @@ from ..index.corpus import ReadWriteLock
 from ._common import (
     CollectionStore,
     check_name,
+    empty_results,
     filter_literal,
     generation_name,
     is_generation,
     reason,
     server_address,
-    unfilled,
 )
 from .base import Where, check_fields, check_vectors, check_where
 
@@ -254,7 +254,7 @@ class MilvusStore(CollectionStore):
         filters = check_where(where)
         # a literal expression: Milvus Lite does not read filter templates ({name} + filter_params)
         expr = " and ".join(f"{name} == {filter_literal(value, 'milvus')}" for name, value in filters.items())
-        scores, ids = unfilled(len(q), k)
+        scores, ids = empty_results(len(q), k)
         step = max(1, min(_MAX_TOPK, _REQUEST_BYTES // (4 * self.dim)))
         with self._switching.read():  # this client's replace() drops no collection meanwhile
             # several requests read the collection the name stands for now: a replace() meanwhile would mix them
@@ -274,9 +274,9 @@ class MilvusStore(CollectionStore):
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
 
-        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def fetch(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             rows = self._call(
-                "get rows", self._client.get, self.collection, ids=part.tolist(), output_fields=[self.embedding_field],
+                "get rows", self._client.get, self.collection, ids=chunk.tolist(), output_fields=[self.embedding_field],
                 timeout=self.timeout, consistency_level="Strong",
             )
             return self._rows(rows or [])

@@ -26,6 +26,7 @@ from ..index.corpus import ReadWriteLock
 from ._common import (
     Batches,
     CollectionStore,
+    empty_results,
     generation_name,
     grouped,
     is_generation,
@@ -33,7 +34,6 @@ from ._common import (
     reason,
     row_fields,
     server_address,
-    unfilled,
 )
 from .base import Where, check_fields, check_vectors, check_where
 
@@ -257,10 +257,10 @@ class QdrantStore(CollectionStore):
                         raise  # another client's replace dropped it: read the collection the name stands for now
 
     def _search(self, collection: str, requests: list[Any], k: int) -> tuple[np.ndarray, np.ndarray]:
-        scores, ids = unfilled(len(requests), k)
+        scores, ids = empty_results(len(requests), k)
         for start in range(0, len(requests), _QUERIES_PER_REQUEST):
-            part = requests[start : start + _QUERIES_PER_REQUEST]
-            found = self._call("search", self._client.query_batch_points, collection, requests=part)
+            batch = requests[start : start + _QUERIES_PER_REQUEST]
+            found = self._call("search", self._client.query_batch_points, collection, requests=batch)
             for row, response in enumerate(found, start):
                 points = response.points
                 ids[row, : len(points)] = parse_ids([p.id for p in points], self.location)
@@ -279,9 +279,9 @@ class QdrantStore(CollectionStore):
     def get(self, ids: Any) -> np.ndarray:
         """Stored vectors of ``ids`` (n, dim), in the order of ``ids``."""
 
-        def fetch(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def fetch(chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             points = self._call(
-                "retrieve points", self._client.retrieve, self.collection, ids=part.tolist(), with_payload=False,
+                "retrieve points", self._client.retrieve, self.collection, ids=chunk.tolist(), with_payload=False,
                 with_vectors=[self._vector_key] if self.vector_name else True,
             )
             return parse_ids([p.id for p in points], self.location), self._vectors(points)
