@@ -36,7 +36,7 @@ from .calibration import (
     quantile_threshold,
     support_scores,
 )
-from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, search_classes
+from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, top_class_positions
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .device import FaissDevice
 from .export import StoreExportMixin
@@ -202,7 +202,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         if reject_below is None:
             return table.labels.labels(nearest_classes(table, x))
         self.check_threshold(reject_below)
-        scores, positions = search_classes(table, x, 1)
+        scores, positions = top_class_positions(table, x, 1)
         known = self._novelty_score(table).score(x, scores[:, 0])
         return table.labels.reject(table.labels.labels(positions[:, 0]), known, reject_below)
 
@@ -219,7 +219,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """
         table = self.class_table_
         x = self._check_queries(X)
-        return self._novelty_score(table).score(x, search_classes(table, x, 1)[0][:, 0])
+        return self._novelty_score(table).score(x, top_class_positions(table, x, 1)[0][:, 0])
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Top-1 accuracy of :meth:`predict` on ``(X, y)``, optionally weighted (one weight >= 0 per row)."""
@@ -262,7 +262,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """Top-``k`` classes of each query: ``(aligned scores, labels)``, each (n, min(k, C)), best first."""
         check_number(k, "k", low=1, integer=True)
         table = self.class_table_
-        scores, positions = search_classes(table, self._check_queries(X), int(k))
+        scores, positions = top_class_positions(table, self._check_queries(X), int(k))
         return scores, table.labels.labels(positions)
 
     def decision_function(self, X: Any) -> np.ndarray:
@@ -311,7 +311,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             return quantile_threshold(self._novelty_score(table).heldout, accept_rate)
         table = self.class_table_
         x = self._check_queries(X_val, name="X_val")
-        best, positions = search_classes(table, x, 1)
+        best, positions = top_class_positions(table, x, 1)
         scores = self._novelty_score(table).score(x, best[:, 0])
         truth = self._validation_truth(table, y_val, unknown_label, len(x), objective)
         return objective_threshold(scores, truth, positions[:, 0], objective, accept_rate=accept_rate,

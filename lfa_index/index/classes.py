@@ -8,7 +8,7 @@ current one once per call, so every answer comes from a single consistent state.
 Example
 -------
 >>> table = ClassTable.build(space, prototypes, intercept, is_new, text, fitted_maps(lfa), FaissDevice("cpu"))
->>> scores, positions = search_classes(table, x, 5)
+>>> scores, positions = top_class_positions(table, x, 5)
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def class_vectors(lfa: Any, is_new: np.ndarray, added: np.ndarray) -> tuple[np.n
     )
 
 
-def search_classes(table: ClassTable, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_class_positions(table: ClassTable, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` classes of raw float32 queries: ``(aligned scores, positions)``, each (n, min(k, C)),
     best first; exact ties go to the lowest position."""
     k = min(k, len(table.labels))
@@ -150,10 +150,10 @@ def search_classes(table: ClassTable, x: np.ndarray, k: int) -> tuple[np.ndarray
 
 
 def nearest_classes(table: ClassTable, x: np.ndarray) -> np.ndarray:
-    """Position of the best class of each query (n,), as ``search_classes(...)[1][:, 0]``; with one
+    """Position of the best class of each query (n,), as ``top_class_positions(...)[1][:, 0]``; with one
     group no query norm is computed (FAISS keeps the lowest id among exact ties)."""
     if len(table.groups) > 1:
-        return search_classes(table, x, 1)[1][:, 0]
+        return top_class_positions(table, x, 1)[1][:, 0]
     group = table.groups[0]
     _, nearest = table.device.search(group.index, group.queries(x), 1)
     return group.positions[nearest[:, 0]]
