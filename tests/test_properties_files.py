@@ -24,7 +24,7 @@ from properties import DEFECTS, cases, inject
 from safetensors.numpy import save_file
 
 from lfa_index.adapters import load_embeddings
-from lfa_index.adapters.files import EMBEDDING_KEYS, LABEL_KEYS
+from lfa_index.adapters.embedding_files import EMBEDDING_KEYS, LABEL_KEYS
 from lfa_index.cli.readers import read_classes, read_embedding_file, read_labels, read_texts
 from lfa_index.errors import LFAIndexError
 

@@ -23,7 +23,7 @@ from .base import EmbeddingSource
 from .cache import EmbeddingCache
 from .clip import OpenCLIPSource
 from .e5 import E5Source
-from .files import load_embeddings
+from .embedding_files import load_embeddings
 from .onnx_sentence import OnnxSentenceSource
 from .openai_api import OpenAIEmbeddingSource
 from .prompts import (

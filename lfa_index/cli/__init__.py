@@ -29,7 +29,7 @@ from typing import Sequence
 
 from lfa_index import LFAIndexError, __version__
 from lfa_index.adapters import ENCODER_FORMS
-from lfa_index.adapters.files import decoding_errors
+from lfa_index.adapters.embedding_files import decoding_errors
 from lfa_index.errors import CLIError
 
 from . import align, classify, demo, evaluate, fit, predict, report, search

@@ -18,7 +18,7 @@ import numpy as np
 
 from lfa_index import LFAIndexError
 from lfa_index.adapters import load_embeddings
-from lfa_index.adapters.files import decoding_errors, describe_error
+from lfa_index.adapters.embedding_files import decoding_errors, describe_error
 from lfa_index.errors import CLIError, MissingFileError
 
 LABEL_COLUMNS = ("label", "labels", "category", "class", "intent", "y")

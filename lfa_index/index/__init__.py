@@ -23,7 +23,7 @@ Example
 
 from .aligned_index import AlignedIndex
 from .aligner import EmbeddingAligner
-from .device import faiss_gpu_available
+from .faiss_device import faiss_gpu_available
 from .labels import LabelSpace
 
 __all__ = ["AlignedIndex", "EmbeddingAligner", "LabelSpace", "faiss_gpu_available"]

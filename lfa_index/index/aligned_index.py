@@ -38,8 +38,8 @@ from .calibration import (
 )
 from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, top_class_positions
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
-from .device import FaissDevice
 from .export import StoreExportMixin
+from .faiss_device import FaissDevice
 from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, as_format_error, file_label, load_index, save_index
 from .labels import LabelSpace
 from .openset import NoveltyScore

@@ -23,7 +23,7 @@ from ..arrays import MAPPINGS
 from ..core.query_map import QueryMap, prepare_queries
 from ..core.validation import check_choice
 from . import folding
-from .device import FaissDevice
+from .faiss_device import FaissDevice
 from .labels import LabelSpace
 
 

@@ -30,7 +30,7 @@ from ..errors import (
     InvalidInputError,
     InvalidParameterError,
 )
-from .device import FaissDevice, faiss_reason
+from .faiss_device import FaissDevice, faiss_reason
 
 TRAIN_ROWS = 262144  # rows of the first add used to train a corpus index (more for IVF with nlist > 1024)
 ID_LIMIT = 2**63  # ids are int64: the last one is 2**63 - 1

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..core.query_map import QueryMap
 from .classes import ClassTable
-from .device import FaissDevice
+from .faiss_device import FaissDevice
 
 
 @dataclass(frozen=True)
