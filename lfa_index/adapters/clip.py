@@ -14,10 +14,8 @@ from ..errors import InvalidInputError, InvalidParameterError, ModelUnavailableE
 from ..extras import import_extra
 from .base import BaseSource, hf_offline
 from .cache import file_fingerprint, weights_fingerprint
-from .images import ImageInput, check_images, corner_crops, embed_image_items
+from .images import N_VIEWS, ImageInput, check_images, corner_crops, embed_image_items, embed_image_views
 from .prompts import PHOTO_TEMPLATE, prompt_ensemble
-
-N_VIEWS = 5
 
 
 class OpenCLIPSource(BaseSource):
@@ -111,24 +109,8 @@ class OpenCLIPSource(BaseSource):
         centre view (equal to the single-view embedding), views 1-4 the top-left, top-right,
         bottom-left and bottom-right crops. Unreadable images are skipped (see ``skipped_``).
         """
-        if five_crop:
-            rows, self.skipped_ = embed_image_items(
-                self,
-                images,
-                self._encode_five_crops,
-                modality="image-5crop",
-                item_shape=lambda: (N_VIEWS, self.dim),
-                extra="clip",
-            )
-        else:
-            rows, self.skipped_ = embed_image_items(
-                self,
-                images,
-                self._encode_images,
-                modality="image",
-                item_shape=lambda: (self.dim,),
-                extra="clip",
-            )
+        rows, self.skipped_ = embed_image_views(self, images, five_crop=five_crop, encode_images=self._encode_images,
+                                                encode_five_crops=self._encode_five_crops, extra="clip")
         return rows
 
     def embed_videos(self, clips: Sequence[Sequence[ImageInput] | np.ndarray]) -> np.ndarray:

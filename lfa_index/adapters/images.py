@@ -117,6 +117,27 @@ def corner_crops(img: Any, size: int, resample: int, ratio: float = CROP_RATIO) 
     ]
 
 
+N_VIEWS = 5
+"""Views per image with ``five_crop=True``: the standard centre view, then the four corner crops."""
+
+
+def embed_image_views(
+    source: Any,
+    images: Sequence[ImageInput],
+    *,
+    five_crop: bool,
+    encode_images: Callable[[list[Any]], np.ndarray],
+    encode_five_crops: Callable[[list[Any]], np.ndarray],
+    extra: str,
+) -> tuple[np.ndarray, list[int]]:
+    """:func:`embed_image_items` with one view per image, (N, dim), or five, (N, 5, dim)."""
+    if five_crop:
+        return embed_image_items(source, images, encode_five_crops, modality="image-5crop",
+                                 item_shape=lambda: (N_VIEWS, source.dim), extra=extra)
+    return embed_image_items(source, images, encode_images, modality="image",
+                             item_shape=lambda: (source.dim,), extra=extra)
+
+
 def embed_image_items(
     source: Any,
     images: Sequence[ImageInput],

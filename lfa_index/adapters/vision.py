@@ -15,11 +15,10 @@ from ..errors import ModelUnavailableError
 from ..extras import import_extra
 from .base import BaseSource
 from .cache import file_fingerprint, weights_fingerprint
-from .images import ImageInput, center_crop, corner_crops, embed_image_items, resize_shorter
+from .images import N_VIEWS, ImageInput, center_crop, corner_crops, embed_image_views, resize_shorter
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-N_VIEWS = 5
 _HEAD_NAMES = ("fc", "classifier", "head", "heads")
 # Checkpoints nest their weights under one of these keys (Lightning, DINO, EMA, DDP wrappers).
 _NESTING_KEYS = ("state_dict", "model", "teacher", "model_ema", "module", "network")
@@ -107,24 +106,8 @@ class VisionBackboneSource(BaseSource):
         """Embed images: (N, dim), or (N, 5, dim) with ``five_crop=True`` (view 0 = the standard
         centre crop, then top-left, top-right, bottom-left, bottom-right). Rows L2-normalised;
         unreadable images are skipped (see ``skipped_``)."""
-        if five_crop:
-            rows, self.skipped_ = embed_image_items(
-                self,
-                images,
-                self._encode_five_crops,
-                modality="image-5crop",
-                item_shape=lambda: (N_VIEWS, self.dim),
-                extra="vision",
-            )
-        else:
-            rows, self.skipped_ = embed_image_items(
-                self,
-                images,
-                self._encode_images,
-                modality="image",
-                item_shape=lambda: (self.dim,),
-                extra="vision",
-            )
+        rows, self.skipped_ = embed_image_views(self, images, five_crop=five_crop, encode_images=self._encode_images,
+                                                encode_five_crops=self._encode_five_crops, extra="vision")
         return rows
 
     # --- preprocessing and forward ------------------------------------------------------------
