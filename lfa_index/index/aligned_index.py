@@ -29,12 +29,12 @@ from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
 from . import folding
 from .calibration import (
     OBJECTIVES,
-    UNKNOWN,
     Objective,
     first_view,
     objective_threshold,
     quantile_threshold,
     support_scores,
+    validation_truth,
 )
 from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, top_class_positions
 from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
@@ -313,31 +313,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         x = self._check_queries(X_val, name="X_val")
         best, positions = top_class_positions(table, x, 1)
         scores = self._novelty_score(table).score(x, best[:, 0])
-        truth = self._validation_truth(table, y_val, unknown_label, len(x), objective)
+        truth = validation_truth(table.labels.lookup, y_val, unknown_label, len(x), objective)
         return objective_threshold(scores, truth, positions[:, 0], objective, accept_rate=accept_rate,
                                    oos_recall=oos_recall)
-
-    @staticmethod
-    def _validation_truth(table: ClassTable, y_val: Any, unknown_label: Any, n_rows: int, objective: str) -> np.ndarray:
-        """Class positions of ``y_val`` (:data:`UNKNOWN` where it is ``unknown_label``), checked for ``objective``."""
-        if y_val is None:
-            if objective != "accept-rate":
-                raise InvalidParameterError(f"objective={objective!r} needs y_val with out-of-scope rows.")
-            return np.zeros(n_rows, dtype=np.int64)
-        labels = np.asarray(y_val, dtype=object)
-        if labels.ndim != 1 or len(labels) != n_rows:
-            raise InvalidParameterError(f"y_val must hold one label per row of X_val ({n_rows}), got {labels.shape}.")
-        outside = np.array([unknown_label is not None and v == unknown_label for v in labels], dtype=bool)
-        truth = np.full(n_rows, UNKNOWN, dtype=np.int64)
-        if (~outside).any():
-            truth[~outside] = table.labels.lookup(labels[~outside].tolist(), name="y_val")
-        if objective != "oos-recall" and outside.all():
-            raise InvalidParameterError(f"objective={objective!r} needs known-class rows in y_val; all are unknown.")
-        if objective != "accept-rate" and not outside.any():
-            raise InvalidParameterError(
-                f"objective={objective!r} needs out-of-scope rows: none of y_val is unknown_label={unknown_label!r}."
-            )
-        return truth
 
     # ------------------------------------------------------------------ aligned corpus
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:

@@ -19,11 +19,12 @@ classes and "unknown".
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
 from ..core.query_map import prepare_queries
+from ..errors import InvalidParameterError
 from . import folding
 
 MAX_FOLDS = 5
@@ -160,3 +161,27 @@ def _folds(labels: np.ndarray | None, n_rows: int, seed: int | None) -> list[tup
     with warnings.catch_warnings():  # classes with one row go to one fold, which sklearn warns about
         warnings.simplefilter("ignore", UserWarning)
         return list(StratifiedKFold(k, shuffle=True, random_state=seed).split(np.zeros(n_rows), labels))
+
+
+def validation_truth(lookup: Callable[..., np.ndarray], y_val: Any, unknown_label: Any, n_rows: int,
+                     objective: str) -> np.ndarray:
+    """Class positions of ``y_val`` by ``lookup`` (a label space's), :data:`UNKNOWN` where it is
+    ``unknown_label``; checked for ``objective``."""
+    if y_val is None:
+        if objective != "accept-rate":
+            raise InvalidParameterError(f"objective={objective!r} needs y_val with out-of-scope rows.")
+        return np.zeros(n_rows, dtype=np.int64)
+    labels = np.asarray(y_val, dtype=object)
+    if labels.ndim != 1 or len(labels) != n_rows:
+        raise InvalidParameterError(f"y_val must hold one label per row of X_val ({n_rows}), got {labels.shape}.")
+    outside = np.array([unknown_label is not None and v == unknown_label for v in labels], dtype=bool)
+    truth = np.full(n_rows, UNKNOWN, dtype=np.int64)
+    if (~outside).any():
+        truth[~outside] = lookup(labels[~outside].tolist(), name="y_val")
+    if objective != "oos-recall" and outside.all():
+        raise InvalidParameterError(f"objective={objective!r} needs known-class rows in y_val; all are unknown.")
+    if objective != "accept-rate" and not outside.any():
+        raise InvalidParameterError(
+            f"objective={objective!r} needs out-of-scope rows: none of y_val is unknown_label={unknown_label!r}."
+        )
+    return truth
