@@ -31,10 +31,10 @@ echo "== CUDA graph vs eager refinement: same problem, same start (support loss,
 python3 - <<'PY'
 import torch, torch.nn.functional as F
 from benchmarks.speed import synthetic
-from lfa_index.core.loss import arerank_loss
-from lfa_index.core.metrics import hubness
-from lfa_index.core.procrustes import beta_procrustes, orthogonal_procrustes
-from lfa_index.core.refine import refine
+from lfa_index.core.solvers.loss import arerank_loss
+from lfa_index.core.solvers.metrics import hubness
+from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
+from lfa_index.core.solvers.refine import refine
 x, y, p = (t.cuda() for t in synthetic(100, 16, 5, 512))
 w0 = beta_procrustes(orthogonal_procrustes(x[:, 0], p[y]), 0.5)
 print("start", float(arerank_loss(x[:, 0] @ w0, p, y)), hubness(F.normalize(x[:, 0] @ w0, dim=1), p, y))

@@ -209,3 +209,17 @@ def test_identity_evidence_is_a_z_score_under_class_permutations():
         assert identity_evidence(f32(x), torch.tensor(y), f32(protos)) == pytest.approx(expected, rel=1e-4)
     finally:
         small_blocks.undo()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (cuSOLVER's gesvda path)")
+def test_rank_deficient_matrix_on_cuda_falls_back_to_a_converging_svd():
+    # 64-d rows onto 48-d targets through 20 classes: the d x d cross-covariance has 44+ zero singular
+    # values, which gesvda refuses to converge on (LinAlgError on an H200); the default driver answers
+    rng = np.random.default_rng(0)
+    x = torch.tensor(rng.standard_normal((20, 64)), dtype=torch.float32, device="cuda")
+    p = torch.zeros((20, 64), dtype=torch.float32, device="cuda")
+    p[:, :20] = torch.eye(20, device="cuda")
+    w = orthogonal_procrustes(x, p)
+    eye = torch.eye(64, device="cuda")
+    assert torch.allclose(w.T @ w, eye, atol=1e-4)
+    np.testing.assert_allclose(w.cpu().numpy(), orthogonal_procrustes(x.cpu(), p.cpu()).numpy(), atol=1e-3)
