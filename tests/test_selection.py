@@ -33,7 +33,7 @@ PLAIN = Variant()
 
 def test_the_paper_preset_is_the_papers_algorithm_composed_from_the_core_functions():
     x, y, p, _, _ = planted_gap_problem(seed=3)
-    paper = LFA.paper(steps=40, random_state=5).fit(x, y, p)
+    paper = LFA.paper(steps=40, random_state=5, device="cpu").fit(x, y, p)  # the CPU composition below
     # the estimator L2-normalises its inputs (a last-bit change that a chaotic top-k would amplify)
     xt, yt, pt = F.normalize(torch.tensor(x), dim=1), torch.tensor(y), F.normalize(torch.tensor(p), dim=1)
     beta = select_beta(xt, yt, pt, identity_informative=True, guard=False, betas=BETA_GRID, random_state=5)
