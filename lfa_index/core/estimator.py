@@ -34,9 +34,9 @@ from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .query_map import project_rows
 from .serving import AlignedClassifierMixin
-from .state import FittedState, summary_line
+from .state import FittedState, fit_or_restore, summary_line
 from .targets import encode_targets
-from .validation import BOOLEAN, Interval, StrOptions, check_embeddings, fit_or_restore, options, validate_params
+from .validation import BOOLEAN, Interval, StrOptions, check_embeddings, options, validate_params
 
 _DEFAULT = RefineConfig()
 PROJECTIONS = ("auto", "widen", "shrink", False)

@@ -161,3 +161,14 @@ def summary_line(state: FittedState, n_rounds: int) -> str:
         parts.append(f"unsupervised, {n_rounds} rounds")
     parts.append(f"{state.fit_seconds_:.1f} s")
     return "LFA fit: " + "; ".join(parts)
+
+
+def fit_or_restore(estimator: Any, fit: Any, *args: Any) -> Any:
+    """``fit(*args)``, with the estimator's attributes put back as they were if it raises."""
+    state = dict(estimator.__dict__)
+    try:
+        return fit(*args)
+    except BaseException:
+        estimator.__dict__.clear()
+        estimator.__dict__.update(state)
+        raise

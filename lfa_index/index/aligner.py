@@ -19,13 +19,13 @@ from ..arrays import CHUNK_ROWS, l2_normalize
 from ..compat import BaseEstimator, TransformerMixin
 from ..core import LFA
 from ..core.config import RefineConfig
+from ..core.state import fit_or_restore
 from ..core.validation import (
     BOOLEAN,
     Interval,
     StrOptions,
     check_embeddings,
     check_param,
-    fit_or_restore,
     validate_params,
 )
 from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError

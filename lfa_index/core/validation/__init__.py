@@ -16,7 +16,6 @@ from .arrays import (
     check_ids,
     check_labels,
     check_stored_array,
-    fit_or_restore,
     weighted_accuracy,
 )
 from .params import (
@@ -35,6 +34,6 @@ from .queries import check_more_support, check_query_matrix, check_raw_rows, che
 __all__ = [
     "BOOLEAN", "ArrayLike", "Interval", "Options", "StrOptions", "as_real_array", "check_array", "check_choice",
     "check_embeddings", "check_ids", "check_labels", "check_more_support", "check_number", "check_param",
-    "check_query_matrix", "check_raw_rows", "check_stored_array", "check_text_matrix", "fit_or_restore",
+    "check_query_matrix", "check_raw_rows", "check_stored_array", "check_text_matrix",
     "options", "validate_params", "weighted_accuracy",
 ]

@@ -210,14 +210,3 @@ def weighted_accuracy(predicted: np.ndarray, truth: Any, sample_weight: Any) -> 
             f"{weights.shape}; pass one weight per row of X."
         )
     return float(np.sum(weights * right) / np.sum(weights))
-
-
-def fit_or_restore(estimator: Any, fit: Any, *args: Any) -> Any:
-    """``fit(*args)``, with the estimator's attributes put back as they were if it raises."""
-    state = dict(estimator.__dict__)
-    try:
-        return fit(*args)
-    except BaseException:
-        estimator.__dict__.clear()
-        estimator.__dict__.update(state)
-        raise
