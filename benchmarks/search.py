@@ -6,9 +6,9 @@ classify   ``predict`` on n queries over C classes (d-dim, synthetic) against a 
            ``faiss.IndexFlatIP`` search of the same queries over C raw prototypes (the floor: target
            >= 0.95x), against the naive ``normalize(x W) · Yᵀ`` argmax (torch, chunked) and the core
            ``LFA.predict``; also ``search(k=5)``, which computes cosines.
-corpus     aligned corpus of N synthetic clustered image embeddings: add time, ``search_text`` and
-           ``search_corpus`` queries per second, flat and IVF (recall@10 against flat), peak memory.
-unaligned  ``search_unaligned`` over a raw ``IndexFlatIP`` of the same corpus: recall@10 against
+corpus     an ``AlignedCorpus`` of N synthetic clustered image embeddings: add time, ``search_text`` and
+           ``search`` (image) queries per second, flat and IVF (recall@10 against flat), peak memory.
+unaligned  ``search_unaligned`` over a raw flat ``FaissStore`` of the same corpus: recall@10 against
            re-indexing (the aligned flat corpus) for several over-fetch factors, and on the real
            CLIP sets (corpus = eval images, queries = class-name prototypes).
 
@@ -37,11 +37,12 @@ import faiss
 import numpy as np
 import torch
 
-from lfa_index import LFA, AlignedIndex
+from lfa_index import LFA, AlignedCorpus, AlignedIndex
 from lfa_index.core.estimator import PAPER_OPTIONS
 from lfa_index.core.validation import check_query_matrix
 from lfa_index.files import atomic_write
 from lfa_index.index import faiss_gpu_available
+from lfa_index.stores import FaissStore, search_unaligned
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -210,21 +211,22 @@ def bench_corpus(args, device: str) -> dict[str, Any]:
     image_queries, image_classes = images(args.corpus_queries, seed=5)
     results: dict[str, Any] = {"corpus": args.corpus, "dim": args.dim, "queries": args.corpus_queries, "k": 10}
     truth = {}
+    index = fit_index(prototypes, support, labels, device)
 
     def one(name: str, factory: str, params: str | None) -> None:
         reset_peak_memory()
         base = peak_memory_mb()
-        index = fit_index(prototypes, support, labels, device, corpus_factory=factory, corpus_params=params)
+        aligned = AlignedCorpus(index, factory=factory, params=params)
         start = time.perf_counter()
-        index.add(corpus)
+        aligned.add(corpus)
         add_s = time.perf_counter() - start
         seconds = median_seconds(
-            {"search_text": lambda: index.search_text(text_queries, 10),
-             "search_corpus": lambda: index.search_corpus(image_queries, 10)},
+            {"search_text": lambda: aligned.search_text(text_queries, 10),
+             "search_corpus": lambda: aligned.search(image_queries, 10)},
             args.corpus_repeats, device,
         )
-        _, text_ids = index.search_text(text_queries, 10)
-        _, image_ids = index.search_corpus(image_queries, 10)
+        _, text_ids = aligned.search_text(text_queries, 10)
+        _, image_ids = aligned.search(image_queries, 10)
         if name == "flat":
             truth["text"], truth["image"] = text_ids, image_ids
         results[name] = {
@@ -251,13 +253,12 @@ def bench_corpus(args, device: str) -> dict[str, Any]:
 def bench_unaligned(
     index: AlignedIndex, corpus: np.ndarray, text_queries: np.ndarray, truth: np.ndarray, args
 ) -> dict[str, Any]:
-    """search_unaligned over a raw flat index vs the aligned (re-indexed) flat corpus."""
-    raw = faiss.IndexFlatIP(corpus.shape[1])
-    raw.add(corpus)
+    """search_unaligned over a raw flat store vs the aligned (re-indexed) flat corpus."""
+    raw = FaissStore(dim=corpus.shape[1]).add(corpus, ids=np.arange(len(corpus)))
     out = {}
     for overfetch in args.overfetch:
         start = time.perf_counter()
-        _, ids = index.search_unaligned(raw, text_queries, k=10, overfetch=overfetch)
+        _, ids = search_unaligned(index, raw, text_queries, k=10, overfetch=overfetch)
         seconds = time.perf_counter() - start
         out[str(overfetch)] = {
             "recall10_vs_reindex": recall_at(ids, truth), "queries_per_s": len(text_queries) / seconds
@@ -267,7 +268,7 @@ def bench_unaligned(
 
 
 def bench_unaligned_real(args) -> dict[str, Any]:
-    """Real CLIP sets: corpus = eval images in a raw IndexFlatIP, queries = class-name prototypes."""
+    """Real CLIP sets: corpus = eval images in a raw flat FaissStore, queries = class-name prototypes."""
     from benchmarks.data import CLIP_SETS, load_set, sample_support
 
     out = {}
@@ -277,12 +278,12 @@ def bench_unaligned_real(args) -> dict[str, Any]:
         index = AlignedIndex(lfa=LFA(steps=args.real_steps, device="cpu", random_state=1)).fit(
             data.pool_features[support], data.pool_labels[support], data.prototypes
         )
-        _, truth = index.add(data.eval_features).search_text(data.prototypes, 10)  # re-indexed: aligned corpus
-        raw = faiss.IndexFlatIP(data.eval_features.shape[1])
-        raw.add(np.ascontiguousarray(data.eval_features))
+        _, truth = AlignedCorpus(index).add(data.eval_features).search_text(data.prototypes, 10)  # re-indexed
+        images = data.eval_features
+        raw = FaissStore(dim=images.shape[1]).add(images, ids=np.arange(len(images)))
         out[name] = {"corpus": len(data.eval_features), "queries": data.n_classes}
         for overfetch in args.overfetch:
-            _, ids = index.search_unaligned(raw, data.prototypes, k=10, overfetch=overfetch)
+            _, ids = search_unaligned(index, raw, data.prototypes, k=10, overfetch=overfetch)
             out[name][f"recall10_overfetch_{overfetch}"] = recall_at(ids, truth)
         print(f"  unaligned {name}: {out[name]}", flush=True)
     return out
@@ -316,7 +317,7 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{r['search_text_qps']:>10,.0f}{r['search_corpus_qps']:>11,.0f}"
                   f"{r['recall10_text_vs_flat']:>14.3f}/{r['recall10_image_vs_flat']:.3f}"
                   f"{r['same_class10_text']:>10.3f}/{r['same_class10_image']:.3f}{r['peak_rss_mb_over_inputs']:>9,.0f}")
-        print("search_unaligned (raw flat index) recall@10 vs re-indexing:",
+        print("search_unaligned (raw flat store) recall@10 vs re-indexing:",
               ", ".join(f"overfetch {o}: {v['recall10_vs_reindex']:.3f} ({v['queries_per_s']:,.0f} q/s)"
                         for o, v in k["unaligned"].items()))
     u = report.get("unaligned_real")

@@ -8,7 +8,7 @@ bias coordinate), on the DTD test split:
 * **classify**: ``write_prototypes`` + ``classify`` against ``AlignedIndex.predict`` (rows that
   agree), and ``search_classes`` top-5 against ``AlignedIndex.search``;
 * **aligned search**: ``add_aligned`` of the test images + ``search_aligned`` of the 47 class
-  prompts ("a photo of a {name}.", MiniLM) against FAISS flat (the index's own aligned corpus,
+  prompts ("a photo of a {name}.", MiniLM) against FAISS flat (an AlignedCorpus of the index,
   i.e. re-indexing): queries whose top-10 ids are identical;
 * **query-side search**: the raw test images in the store, ``search_unaligned`` recall@10
   against re-indexing at over-fetch 1, 2, 5, 10 and full (every row re-ranked: exact).
@@ -40,7 +40,7 @@ import numpy as np
 
 from benchmarks.data import add_data_argument, load_set, sample_support
 from benchmarks.stores import RESULTS, STORES, client_versions, close, write_report
-from lfa_index import LFA, AlignedIndex
+from lfa_index import LFA, AlignedCorpus, AlignedIndex
 from lfa_index.stores import (
     add_aligned,
     classify,
@@ -116,12 +116,10 @@ def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(np.intersect1d(f[f >= 0], t)) / len(t) for f, t in zip(found, truth)]))
 
 
-def reference_search(index: AlignedIndex, images: np.ndarray, ids: np.ndarray, text: np.ndarray,
-                     workdir: Path, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Re-indexing: the images in a saved copy of the index's own aligned corpus (FAISS flat), searched exactly."""
-    own = AlignedIndex.load(index.save(workdir / f"reference_{kind}"))
-    own.add(images, ids=ids)
-    return own.search_text(text, k=K)
+def reference_search(index: AlignedIndex, images: np.ndarray, ids: np.ndarray,
+                     text: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Re-indexing: the images in an aligned corpus of the index (FAISS flat), searched exactly."""
+    return AlignedCorpus(index).add(images, ids=ids).search_text(text, k=K)
 
 
 def store_parity(name: str, indexes: dict[str, AlignedIndex], task: dict[str, Any], references: dict[str, Any],
@@ -221,7 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="lfa_stores_real_", dir=args.workdir))
     results: dict[str, Any] = {}
     try:
-        references = {kind: reference_search(ix, task["eval"], task["ids"], task["text_queries"], workdir, kind)
+        references = {kind: reference_search(ix, task["eval"], task["ids"], task["text_queries"])
                       for kind, ix in indexes.items()}
         for name in args.stores:
             print(f"  {name} ...", flush=True)

@@ -23,7 +23,7 @@ from .errors import (
     ShapeError,
     ZeroNormError,
 )
-from .index import AlignedIndex, EmbeddingAligner, LabelSpace
+from .index import AlignedCorpus, AlignedIndex, EmbeddingAligner, LabelSpace
 
 __version__ = "0.1.0"
 
@@ -41,6 +41,7 @@ __all__ = [
     "LabelError",
     "MemoryLimitError",
     "AlignedIndex",
+    "AlignedCorpus",
     "EmbeddingAligner",
     "LabelSpace",
     "NotFittedError",

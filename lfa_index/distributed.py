@@ -127,7 +127,7 @@ class ClassifyBatch:
         columns[self.score_column] = pa.array(scores.astype(np.float32))
         if self._aligned:
             if len(x):
-                z = self.index.transform(x, self.index.corpus_mapping)
+                z = self.index.transform(x)
             else:
                 z = np.empty((0, self._aligned_dim), np.float32)
             columns[self.aligned_column] = pa.FixedSizeListArray.from_arrays(

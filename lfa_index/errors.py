@@ -80,7 +80,7 @@ class EmptyIndexError(LFAIndexError, ValueError):
 
 
 class DuplicateIdError(InvalidInputError):
-    """Ids passed to :meth:`AlignedIndex.add` repeat each other or ids already in the corpus."""
+    """Ids passed to :meth:`AlignedCorpus.add` repeat each other or ids already in the corpus."""
 
 
 class IdsExhaustedError(InvalidInputError):

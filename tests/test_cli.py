@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lfa_index import AlignedIndex, cli
+from lfa_index import AlignedCorpus, AlignedIndex, cli
 from lfa_index.adapters import OpenAIEmbeddingSource, make_encoder
 from lfa_index.adapters.base import BaseSource
 from lfa_index.adapters.images import embed_image_items
@@ -172,11 +172,17 @@ def test_fit_with_a_corpus_saves_it_for_search(files, capsys, problem):
                        "--prototypes", files / "prototypes.npy", "--classes", files / "classes.txt",
                        "--steps", 5, "--device", "cpu", "--corpus", files / "corpus.npy", "-o", files / "idx_corpus")
     assert code == 0, err
-    assert AlignedIndex.load(files / "idx_corpus").corpus_size_ == len(X_test)
+    saved = AlignedCorpus.load(files / "idx_corpus.corpus")  # beside the index, which holds no corpus itself
+    assert saved.ntotal == len(X_test) and "corpus.faiss" not in str(sorted((files / "idx_corpus").rglob("*")))
     code, out, _ = run(capsys, "search", files / "idx_corpus", "--queries", files / "eval.npz",
                        "--target", "corpus", "-k", 1)
     assert code == 0
     assert [int(r["id"]) for r in read_csv(out)] == list(range(len(X_test)))
+    # a refit without --corpus keeps the earlier corpus as it was, and says so
+    code, _, err = run(capsys, "fit", "--support", files / "support.npz", "--prototypes", files / "prototypes.npy",
+                       "--classes", files / "classes.txt", "--steps", 5, "--device", "cpu", "-o", files / "idx_corpus")
+    assert code == 0 and "aligned corpus of an earlier fit, is kept" in err
+    assert AlignedCorpus.load(files / "idx_corpus.corpus").ntotal == len(X_test)
 
 
 def test_search_corpus_without_a_corpus_is_a_clean_error(index_dir, files, capsys):

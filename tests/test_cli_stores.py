@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
-from lfa_index import LFA, AlignedIndex, cli
+from lfa_index import LFA, AlignedCorpus, AlignedIndex, cli
 from lfa_index.errors import CollectionNotFoundError, InvalidInputError, StoreURIError
 from lfa_index.stores import (
     FaissStore,
@@ -319,9 +319,7 @@ def test_search_store_equals_search_unaligned_and_reindexing_at_full_overfetch(
     np.save(tmp_path / "queries.npy", queries)
     index = AlignedIndex.load(index_dir)
     reference = FaissStore(dim=D_IMG).add(corpus, ids)
-    own = AlignedIndex.load(index_dir)
-    own.add(corpus, ids=ids)
-    _, exact = own.search_text(queries, k=5)
+    _, exact = AlignedCorpus(index).add(corpus, ids=ids).search_text(queries, k=5)
     for overfetch, expected in ((2, search_unaligned(index, reference, queries, k=5, overfetch=2)[1]),
                                 (len(corpus), exact)):
         code, out, err = run(capsys, "search", "-q", index_dir, "--store", uri, "--prompt-embeddings",
@@ -354,8 +352,7 @@ def test_prompt_embeddings_also_search_the_aligned_corpus(task, index_dir, tmp_p
     code, out, err = run(capsys, "search", "-q", index_dir, "--corpus", tmp_path / "corpus.npy",
                          "--prompt-embeddings", tmp_path / "text.npy", "-k", 3)
     assert code == 0, err
-    own = AlignedIndex.load(index_dir)
-    own.add(task["corpus"], ids=np.arange(len(task["corpus"])))
+    own = AlignedCorpus(AlignedIndex.load(index_dir)).add(task["corpus"], ids=np.arange(len(task["corpus"])))
     _, expected = own.search_text(task["text_queries"], k=3)
     assert [int(r["id"]) for r in read_csv(out)] == expected.ravel().tolist()
 

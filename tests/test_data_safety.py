@@ -19,7 +19,15 @@ import numpy as np
 import pytest
 from synthetic import planted_gap_problem
 
-from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, InvalidParameterError, LabelError
+from lfa_index import (
+    LFA,
+    AlignedCorpus,
+    AlignedIndex,
+    IndexFormatError,
+    IndexPathError,
+    InvalidParameterError,
+    LabelError,
+)
 from lfa_index.adapters import load_embeddings
 from lfa_index.errors import FileFormatError, InvalidInputError, OutputPathError, ShapeError, StoreURIError
 from lfa_index.persistence.layout import file_sha256
@@ -239,16 +247,19 @@ def test_a_non_finite_number_in_the_fitted_state_is_refused(index, tmp_path):
 
 # ------------------------------------------------------------------------------ copies
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])
-def test_a_fitted_index_copies_with_its_corpus_and_answers_the_same_on_its_own(index, problem, how):
+def test_a_fitted_index_and_its_corpus_copy_and_answer_the_same_on_their_own(index, problem, how):
     X, _, P, queries, _ = problem
     original = copy.deepcopy(index)
     original.add_classes(P[:1] + 0.5)
-    original.add(X)
-    twin = copy.deepcopy(original) if how == "deepcopy" else pickle.loads(pickle.dumps(original))
+    corpus = AlignedCorpus(original).add(X)
+    twin, twin_corpus = copy.deepcopy((original, corpus)) if how == "deepcopy" else pickle.loads(
+        pickle.dumps((original, corpus)))
     np.testing.assert_array_equal(twin.predict(queries), original.predict(queries))
-    np.testing.assert_array_equal(twin.search_corpus(queries, 3)[1], original.search_corpus(queries, 3)[1])
-    twin.add(X, ids=np.arange(100, 100 + len(X)))  # its own corpus and locks
-    assert twin.corpus_size_ == 2 * len(X) and original.corpus_size_ == len(X)
+    np.testing.assert_array_equal(twin_corpus.search(queries, 3)[1], corpus.search(queries, 3)[1])
+    twin_corpus.add(X, ids=np.arange(100, 100 + len(X)))  # its own FAISS index and locks
+    assert twin_corpus.ntotal == 2 * len(X) and corpus.ntotal == len(X)
+    twin.add_classes(P[1:2] + 0.5)  # and its own classes
+    assert len(twin.classes_) == len(original.classes_) + 1
 
 
 # ------------------------------------------------------------------------------ typed errors naming the input
@@ -262,16 +273,16 @@ def test_score_checks_labels_and_weights_as_lfa_score_does(index, problem):
 
 
 @pytest.mark.parametrize("options", [
-    {"corpus_factory": "IDMap,Flat"}, {"corpus_factory": "IDMap2,HNSW8"}, {"corpus_params": "nprobe=-1"},
-    {"corpus_params": "efSearch=0"}, {"corpus_params": f"efSearch={2**32 + 1}"}, {"corpus_params": "nprobe"},
-    {"corpus_params": "nprobe=nan"},
+    {"factory": "IDMap,Flat"}, {"factory": "IDMap2,HNSW8"}, {"params": "nprobe=-1"},
+    {"params": "efSearch=0"}, {"params": f"efSearch={2**32 + 1}"}, {"params": "nprobe"},
+    {"params": "nprobe=nan"},
 ])
-def test_corpus_options_faiss_would_refuse_or_misread_are_typed_errors(problem, options):
-    X, y, P, _, _ = problem
-    with pytest.raises(InvalidParameterError, match="corpus_"):
-        AlignedIndex(lfa=LFA(**OPTIONS), **options).fit(X, y, P)
+def test_corpus_options_faiss_would_refuse_or_misread_are_typed_errors(index, options):
+    name = next(iter(options))
+    with pytest.raises(InvalidParameterError, match=f"{name}="):
+        AlignedCorpus(index, **options)
     with pytest.raises(InvalidParameterError):
-        FaissStore(dim=8, factory=options.get("corpus_factory", "Flat,nope"))
+        FaissStore(dim=8, factory=options.get("factory", "Flat,nope"))
 
 
 @pytest.mark.parametrize("uri", [

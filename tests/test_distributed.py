@@ -119,7 +119,7 @@ def test_ray_predictions_equal_in_process_predict(flaky_job, table):
     expected_scores, _ = index.search(X[rows], k=1)
     np.testing.assert_allclose(output.column("score").to_numpy(), expected_scores[:, 0], atol=1e-5)
     aligned = np.stack(output.column("aligned").to_numpy(zero_copy_only=False))
-    z = X[rows] @ index.query_transform(index.corpus_mapping)
+    z = X[rows] @ index.query_transform()
     np.testing.assert_allclose(aligned, z / np.linalg.norm(z, axis=1, keepdims=True), atol=1e-5)
     assert output.schema.field("label").type == pa.string()
 

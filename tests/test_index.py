@@ -1,4 +1,5 @@
-"""AlignedIndex: exact folded search, label spaces, open-set rejection, new classes, corpus, export."""
+"""AlignedIndex: exact folded search, label spaces, open-set rejection, new classes, export (its aligned
+corpus: test_corpus.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 
 import lfa_index.index as index_module
-import lfa_index.index.corpus as corpus_module
 from lfa_index import LFA, AlignedIndex
 from lfa_index.core.query_map import QueryMap
 
@@ -216,71 +216,6 @@ def test_partial_fit_with_images_of_an_added_class_makes_it_a_fitted_class(task)
     assert len(index.lfa_.prototypes_) == 12
 
 
-# ------------------------------------------------------------------ aligned corpus
-@pytest.fixture(scope="module")
-def corpus():
-    rng = np.random.default_rng(5)
-    return rng.standard_normal((3000, 32)).astype(np.float32)
-
-
-def brute_force(index: AlignedIndex, queries_aligned: np.ndarray, corpus: np.ndarray, ids: np.ndarray, k: int):
-    aligned = corpus @ index.query_transform()
-    aligned /= np.linalg.norm(aligned, axis=1, keepdims=True)
-    sims = queries_aligned @ aligned.T
-    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(sims, top, 1), ids[top]
-
-
-def test_text_search_is_exact_in_a_flat_corpus_and_ids_round_trip(task, corpus):
-    support, labels, text, _, _ = task
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
-    ids = np.random.default_rng(1).permutation(10**6)[: len(corpus)].astype(np.int64)
-    index.add(corpus[:1000], ids=ids[:1000]).add(corpus[1000:], ids=ids[1000:])
-    assert index.corpus_size_ == len(corpus)
-    scores, found = index.search_text(text, k=10)
-    ref_scores, ref_ids = brute_force(index, index.lfa_.transform_prototypes(text), corpus, ids, 10)
-    np.testing.assert_array_equal(found, ref_ids)
-    np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
-
-
-def test_image_search_is_knn_in_the_aligned_space(task, corpus):
-    support, labels, text, queries, _ = task
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
-    scores, found = index.search_corpus(queries[:20], k=5)
-    ref_scores, ref_ids = brute_force(index, index.lfa_.transform(queries[:20]), corpus, np.arange(len(corpus)), 5)
-    np.testing.assert_array_equal(found, ref_ids)
-    np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
-    # a corpus image is its own nearest neighbour
-    assert (index.search_corpus(corpus[:10], k=1)[1][:, 0] == np.arange(10)).all()
-
-
-def test_default_ids_continue_after_the_largest_id(fitted, corpus):
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(*make_task()[:3])
-    index.add(corpus[:5], ids=[10, 11, 12, 13, 40]).add(corpus[5:8])
-    assert sorted(index.search_corpus(corpus[:8], k=8)[1][0]) == [10, 11, 12, 13, 40, 41, 42, 43]
-
-
-def test_k_larger_than_the_corpus_returns_what_exists(fitted, corpus):
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(*make_task()[:3]).add(corpus[:7])
-    scores, ids = index.search_text(make_task()[2][:2], k=50)
-    assert ids.shape == (2, 7) and sorted(ids[0]) == list(range(7))
-
-
-def test_ivf_pq_corpus_trains_on_first_add_and_searches(task, corpus):
-    support, labels, text, _, _ = task
-    flat = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
-    ivf = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF16,PQ32x4np", corpus_params="nprobe=8")
-    ivf.fit(support, labels, text)
-    ivf.add(corpus[:2000], ids=np.arange(2000) + 7).add(corpus[2000:], ids=np.arange(2000, 3000) + 7)
-    inner = faiss.extract_index_ivf(ivf._corpus.index)
-    assert inner.is_trained and inner.nprobe == 8 and ivf.corpus_size_ == 3000
-    _, exact = flat.search_text(text, k=10)
-    _, approx = ivf.search_text(text, k=10)
-    recall = np.mean([len(set(a) & set(e + 7)) / 10 for a, e in zip(approx, exact)])
-    assert recall >= 0.5, recall
-    assert set(approx.ravel()) <= set(range(7, 3007))
-
-
 # ------------------------------------------------------------------ export
 @pytest.mark.parametrize("preset,d_out", [("paper", 32), ("default", 48)])
 def test_query_transform_gives_the_core_aligned_embedding(task, preset, d_out):
@@ -305,44 +240,16 @@ def test_query_transform_gives_the_core_aligned_embedding(task, preset, d_out):
     np.testing.assert_allclose(chain.index.reconstruct_n(0, 5), aligned[:5], atol=1e-5)
 
 
-def test_search_unaligned_recovers_exact_aligned_search(task, corpus):
-    support, labels, text, _, _ = task
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
-    aligned = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
-    raw = faiss.IndexFlatIP(32)
-    raw.add(corpus)
-    exact_scores, exact_ids = aligned.search_text(text, k=10)
-    scores, ids = index.search_unaligned(raw, text, k=10, overfetch=len(corpus))
-    np.testing.assert_array_equal(ids, exact_ids)
-    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
-    _, some = index.search_unaligned(raw, text, k=10, overfetch=20)
-    recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(some, exact_ids)])
-    assert recall >= 0.5, recall
-
-
-def test_search_unaligned_reads_vectors_when_the_index_cannot_reconstruct(fitted, corpus, task):
-    ivf = faiss.index_factory(32, "IVF8,Flat", faiss.METRIC_INNER_PRODUCT)
-    ivf.train(corpus)
-    ivf.add(corpus)
-    ivf.nprobe = 8
-    with pytest.raises(ValueError, match="vectors="):
-        fitted.search_unaligned(ivf, task[2], k=5)
-    scores, ids = fitted.search_unaligned(ivf, task[2], k=5, vectors=corpus)
-    ivf.make_direct_map()
-    np.testing.assert_array_equal(fitted.search_unaligned(ivf, task[2], k=5)[1], ids)
-
-
 # ------------------------------------------------------------------ concurrency
-def test_concurrent_calls_give_the_sequential_answers(task, corpus):
+def test_concurrent_calls_give_the_sequential_answers(task):
     support, labels, text, queries, _ = task
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < 10], labels[labels < 10], text[:10]).add(corpus)
+    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[labels < 10], labels[labels < 10], text[:10])
     index.add_classes(text[10:])
     calls = {
         "predict": lambda q: index.predict(q),
         "search": lambda q: index.search(q, 3),
         "proba": lambda q: index.predict_proba(q),
-        "corpus": lambda q: index.search_corpus(q, 5),
-        "text": lambda q: index.search_text(text, 5),
+        "text": lambda q: index.transform_text(text),
     }
     chunks = np.array_split(queries, 6)
     expected = {(name, i): call(chunk) for name, call in calls.items() for i, chunk in enumerate(chunks)}
@@ -374,22 +281,9 @@ def test_concurrent_calls_give_the_sequential_answers(task, corpus):
 
 
 @pytest.mark.skipif(not index_module.faiss_gpu_available(), reason="needs faiss-gpu and a GPU")
-def test_gpu_indexes_give_the_cpu_answers(task, corpus):
+def test_gpu_indexes_give_the_cpu_answers(task):
     support, labels, text, queries, _ = task
-    cpu = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(corpus)
-    gpu = AlignedIndex(lfa=LFA(**{**OPTIONS, "device": "cuda"})).fit(support, labels, text).add(corpus)
+    cpu = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    gpu = AlignedIndex(lfa=LFA(**{**OPTIONS, "device": "cuda"})).fit(support, labels, text)
     assert gpu._table.device.on_gpu and "Gpu" in type(faiss.downcast_index(gpu._table.groups[0].index)).__name__
     assert (gpu.predict(queries) == cpu.predict(queries)).mean() > 0.99
-    assert (gpu.search_text(text, 5)[1] == cpu.search_text(text, 5)[1]).mean() > 0.95
-
-
-def test_a_large_first_add_trains_on_a_bounded_sample(task, corpus, monkeypatch):
-    support, labels, text, _, _ = task
-    seen = []
-    train = faiss.IndexIDMap2.train
-    monkeypatch.setattr(faiss.IndexIDMap2, "train", lambda self, x: (seen.append(len(x)), train(self, x))[1])
-    monkeypatch.setattr(corpus_module, "TRAIN_ROWS", 500)
-    index = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="PQ8x4np").fit(support, labels, text).add(corpus)
-    assert seen == [500] and index.corpus_size_ == len(corpus)
-    ivf = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF4,Flat").fit(support, labels, text).add(corpus)
-    assert seen == [500, 1024] and ivf.corpus_size_ == len(corpus)  # 256 points per IVF list

@@ -1,6 +1,5 @@
 """AlignedIndex as a scikit-learn composite: it owns an LFA estimator (nested parameters, clone,
-cross-validation), scores accuracy, breaks exact ties one way, reads one snapshot per call, and
-numbers corpus images without overflowing int64."""
+cross-validation), scores accuracy, breaks exact ties one way and reads one snapshot per call."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
 from test_index import OPTIONS, make_task
 
-from lfa_index import LFA, AlignedIndex, IdsExhaustedError, InvalidParameterError
+from lfa_index import LFA, AlignedIndex, InvalidParameterError
 
 pytestmark = pytest.mark.usefixtures("single_threaded")
 
@@ -40,24 +39,22 @@ def test_no_estimator_means_the_default_lfa(task):
 
 
 def test_nested_parameters_set_params_and_clone_come_from_scikit_learn():
-    index = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF8,Flat")
+    index = AlignedIndex(lfa=LFA(**OPTIONS))
     params = index.get_params()
-    assert params["lfa__beta"] == 0.5 and params["corpus_factory"] == "IVF8,Flat" and params["lfa"] is index.lfa
-    copy = clone(index).set_params(lfa__beta=0.25, corpus_mapping="tt")
-    assert copy.lfa.beta == 0.25 and copy.corpus_mapping == "tt"
-    assert index.lfa.beta == 0.5 and index.corpus_mapping == "task"  # the original is untouched
+    assert params["lfa__beta"] == 0.5 and params["lfa"] is index.lfa and set(params) >= {"lfa", "lfa__steps"}
+    assert [name for name in params if "__" not in name] == ["lfa"]  # a classifier: no corpus parameters
+    copy = clone(index).set_params(lfa__beta=0.25, lfa__steps=7)
+    assert copy.lfa.beta == 0.25 and copy.lfa.steps == 7
+    assert index.lfa.beta == 0.5 and index.lfa.steps == 5  # the original is untouched
     assert "lfa=LFA(beta=0.25" in repr(copy)
 
 
 def test_an_unfitted_index_pickles_for_parallel_model_selection():
-    copy = pickle.loads(pickle.dumps(AlignedIndex(lfa=LFA(**OPTIONS), corpus_mapping="tt")))
-    assert copy.get_params()["lfa__beta"] == 0.5 and copy.corpus_mapping == "tt"
+    copy = pickle.loads(pickle.dumps(AlignedIndex(lfa=LFA(**OPTIONS))))
+    assert copy.get_params()["lfa__beta"] == 0.5 and copy.get_params()["lfa__steps"] == 5
 
 
-@pytest.mark.parametrize(
-    "params, name",
-    [({"lfa": "LFA()"}, "lfa"), ({"corpus_params": 16}, "corpus_params"), ({"corpus_factory": None}, "corpus_factory")],
-)
+@pytest.mark.parametrize("params, name", [({"lfa": "LFA()"}, "lfa"), ({"lfa": LFA(beta=3.0)}, "beta")])
 def test_the_parameter_table_is_checked_at_fit(task, params, name):
     support, labels, text, _, _ = task
     with pytest.raises(InvalidParameterError, match=name):
@@ -137,17 +134,3 @@ def test_aligned_prototypes_reads_one_snapshot_while_classes_are_added(task):
         assert (np.abs(exported).sum(axis=1) > 0).all()  # every row is a folded class, none left empty
     thread.join()
     assert not errors and index.aligned_prototypes().shape[0] == len(text) + 60
-
-
-# ------------------------------------------------------------------ corpus ids
-def test_default_ids_after_the_last_int64_id_raise_a_typed_error(task, tmp_path):
-    support, labels, text, queries, _ = task
-    index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text).add(queries[:2], ids=[7, 2**63 - 1])
-    with pytest.raises(IdsExhaustedError, match="pass ids= explicitly"):
-        index.add(queries[2:4])
-    index.add(queries[2:4], ids=[8, 9])
-    assert index.corpus_size_ == 4
-    loaded = AlignedIndex.load(index.save(tmp_path / "ix"))
-    with pytest.raises(IdsExhaustedError):
-        loaded.add(queries[4:5])
-    assert sorted(loaded.search_corpus(queries[:4], 4)[1][0]) == [7, 8, 9, 2**63 - 1]

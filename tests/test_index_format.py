@@ -1,10 +1,11 @@
-"""What an AlignedIndex saves: only what it adds to its LFA plus the LFA's own state; another index
-format is refused; inconsistent contents raise IndexFormatError naming the file, whatever the
-checksums say."""
+"""What an AlignedIndex saves: only what it adds to its LFA plus the LFA's own state, and no image
+corpus; another index format, or an index saved with a corpus section, is refused; inconsistent
+contents raise IndexFormatError naming the file, whatever the checksums say."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import faiss
 import numpy as np
@@ -22,11 +23,10 @@ pytestmark = pytest.mark.usefixtures("single_threaded")
 
 @pytest.fixture(scope="module")
 def index():
-    """Named classes, class biases and centring (every option on), two classes added from text, a corpus."""
-    support, labels, text, _, _, corpus = make_task()
+    """Named classes, class biases and centring (every option on), two classes added from text."""
+    support, labels, text, _, _, _ = make_task()
     ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    ix.add_classes(text[10:], names=["new a", "new b"])
-    return ix.add(corpus, ids=np.arange(len(corpus)) * 3 + 1)
+    return ix.add_classes(text[10:], names=["new a", "new b"])
 
 
 @pytest.fixture()
@@ -58,10 +58,11 @@ def test_the_index_saves_the_lfa_state_once_and_only_what_it_adds(index, saved):
     own = {name for name in arrays if not name.startswith("lfa.")}
     assert own == {
         "text_embeddings", "added_prototypes", "is_new_class", "support_embeddings", "support_labels",
-        "folded_task", "folded_tt", "corpus_map_weights", "corpus_map_mean",
+        "folded_task", "folded_tt",
     }
     assert arrays["added_prototypes"].shape == (2, index.prototypes_.shape[1])  # the classes added from text
-    assert doc["params"]["lfa"] == index.lfa.get_params() and doc["class_names"] == NAMES + ["new a", "new b"]
+    assert doc["params"] == {"lfa": index.lfa.get_params()} and doc["class_names"] == NAMES + ["new a", "new b"]
+    assert "corpus" not in doc
 
 
 def test_a_loaded_estimator_has_the_saved_state(index, saved):
@@ -87,6 +88,34 @@ def test_another_index_format_is_refused_with_how_to_fix_it(saved, version):
     rewrite(saved, {**doc, "index_format": version}, arrays, indexes)
     with pytest.raises(IndexVersionError, match=f"index format {version}.*re-fit the index and re-save it"):
         AlignedIndex.load(saved)
+
+
+# ------------------------------------------------------------------ a corpus section: refused, not upgraded
+def _corpus_index(d, a, i):
+    ids = faiss.IndexIDMap2(faiss.IndexFlatIP(a["folded_task"].shape[1]))
+    ids.add_with_ids(np.ones((2, ids.d), dtype=np.float32), np.arange(2))
+    i["corpus.faiss"] = ids
+
+
+STALE_CORPUS = {  # what an index saved while indexes held their own image corpus carried
+    "a corpus.faiss file": (_corpus_index, "corpus.faiss"),
+    "a corpus entry": (lambda d, a, i: _set(d, "corpus", {"mapping": "task", "next_id": 2}), "a 'corpus' entry"),
+    "an empty corpus entry": (lambda d, a, i: _set(d, "corpus", None), "a 'corpus' entry"),
+    "corpus parameters": (lambda d, a, i: d["params"].update(corpus_factory="Flat", corpus_mapping="task"),
+                          "corpus_* parameters"),
+}
+
+
+@pytest.mark.parametrize("change", STALE_CORPUS, ids=list(STALE_CORPUS))
+def test_an_index_saved_with_a_corpus_section_is_refused_with_how_to_fix_it(saved, change):
+    mutate, part = STALE_CORPUS[change]
+    doc, arrays, indexes = read(saved)
+    mutate(doc, arrays, indexes)
+    rewrite(saved, doc, arrays, indexes)
+    expected = f"holds an aligned corpus section \\({re.escape(part)}\\).*AlignedCorpus"
+    with pytest.raises(IndexFormatError, match=expected) as caught:
+        AlignedIndex.load(saved)
+    assert type(caught.value) is IndexFormatError  # not upgraded, not a version error: the format is still 1
 
 
 # ------------------------------------------------------------------ tampered contents
@@ -119,32 +148,20 @@ TAMPERED = {
                                     "arrays.safetensors"),
     "support of another width": (lambda d, a, i: _set(a, "support_embeddings", a["support_embeddings"][:, :-1]),
                                  "arrays.safetensors"),
-    "corpus map of another width": (lambda d, a, i: _set(a, "corpus_map_weights", a["corpus_map_weights"][:-1]),
-                                    "arrays.safetensors"),
-    "corpus mean with NaN": (lambda d, a, i: a["corpus_map_mean"].__setitem__(0, np.nan), "arrays.safetensors"),
     "a complex array": (lambda d, a, i: _set(a, "extra", np.zeros(2, dtype=np.complex64)), "arrays.safetensors"),
-    "next_id below a held id": (lambda d, a, i: d["corpus"].__setitem__("next_id", 5), "params.json"),
-    "next_id negative": (lambda d, a, i: d["corpus"].__setitem__("next_id", -1), "params.json"),
-    "next_id beyond int64": (lambda d, a, i: d["corpus"].__setitem__("next_id", 2**64), "params.json"),
-    "an unknown corpus map": (lambda d, a, i: d["corpus"].__setitem__("mapping", "both"), "params.json"),
     "class names repeated": (lambda d, a, i: d["class_names"].__setitem__(1, d["class_names"][0]), "params.json"),
     "a class name short": (lambda d, a, i: d["class_names"].pop(), "params.json"),
     "an unknown label space": (lambda d, a, i: _set(d, "label_space", "colours"), "params.json"),
     "an unknown LFA option": (lambda d, a, i: d["lfa"]["params"].__setitem__("betta", 0.5), "params.json"),
-    "an unknown index parameter value": (lambda d, a, i: d["params"].__setitem__("corpus_mapping", "both"),
-                                         "params.json"),
+    "an unknown index parameter": (lambda d, a, i: d["params"].__setitem__("metric", "cosine"), "params.json"),
+    "an index parameter value of another type": (lambda d, a, i: d["params"].__setitem__("lfa", "LFA()"),
+                                                 "params.json"),
     "the LFA state missing": (lambda d, a, i: d["lfa"].pop("state"), "params.json"),
     "an index format as text": (lambda d, a, i: _set(d, "index_format", "3"), "params.json"),
     "a projection side unknown": (lambda d, a, i: d["lfa"]["state"].__setitem__("projection_side_", "both"),
                                   "arrays.safetensors"),
     "classes_ of another count": (lambda d, a, i: d["lfa"]["state"].__setitem__("classes_", [0, 1, 2]),
                                   "arrays.safetensors"),
-    "the corpus file missing": (lambda d, a, i: i.pop("corpus.faiss"), "corpus.faiss"),
-    "a corpus without ids": (
-        lambda d, a, i: _set(i, "corpus.faiss", faiss.IndexFlatIP(a["corpus_map_weights"].shape[1])), "corpus.faiss"
-    ),
-    "a corpus of another width": (lambda d, a, i: _set(i, "corpus.faiss", faiss.IndexIDMap2(faiss.IndexFlatIP(7))),
-                                  "corpus.faiss"),
 }
 
 

@@ -7,7 +7,8 @@ import faiss
 import numpy as np
 import pytest
 
-from lfa_index import LFA, AlignedIndex
+from lfa_index import LFA, AlignedCorpus, AlignedIndex
+from lfa_index.stores import FaissStore, search_unaligned
 
 OPTIONS = dict(steps=10, device="cpu", random_state=0)
 # every option on, fixed: biases (discriminant mix), centring, trained prototypes, averaged maps
@@ -38,10 +39,14 @@ def task():
 
 @pytest.fixture(scope="module")
 def index(task):
-    support, labels, text, _, _, corpus = task
+    support, labels, text, _, _, _ = task
     ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, labels, text[:10])
-    ix.add_classes(text[10:])
-    return ix.add(corpus)
+    return ix.add_classes(text[10:])
+
+
+@pytest.fixture(scope="module")
+def aligned_corpus(task, index):
+    return AlignedCorpus(index).add(task[5])
 
 
 def test_an_index_with_biases_and_centring_answers_like_its_estimator(task, index):
@@ -79,7 +84,7 @@ def test_exported_vectors_classify_in_a_plain_inner_product_store(task):
     np.testing.assert_array_equal(store.search(unit, 3)[1], ids)
 
 
-def test_centred_corpus_search_uses_the_affine_query_map(task, index):
+def test_centred_corpus_search_uses_the_affine_query_map(task, index, aligned_corpus):
     _, _, text, queries, _, corpus = task
     g, o = index.query_transform(), index.query_offset()
     assert o.any()
@@ -89,21 +94,20 @@ def test_centred_corpus_search_uses_the_affine_query_map(task, index):
     np.testing.assert_allclose(aligned, index.lfa_.transform(corpus), atol=1e-5)
     t = index.lfa_.transform_prototypes(text[:3])
     expected = np.argsort(-(t @ aligned.T), axis=1, kind="stable")[:, :5]
-    np.testing.assert_array_equal(index.search_text(text[:3], 5)[1], expected)
-    assert (index.search_corpus(corpus[:10], 1)[1][:, 0] == np.arange(10)).all()
-    raw = faiss.IndexFlatIP(corpus.shape[1])
-    raw.add(corpus)
-    found = index.search_unaligned(raw, text[:3], k=5, overfetch=60)[1]
+    np.testing.assert_array_equal(aligned_corpus.search_text(text[:3], 5)[1], expected)
+    assert (aligned_corpus.search(corpus[:10], 1)[1][:, 0] == np.arange(10)).all()
+    raw = FaissStore(dim=corpus.shape[1]).add(corpus, ids=np.arange(len(corpus)))
+    found = search_unaligned(index, raw, text[:3], k=5, overfetch=60)[1]
     np.testing.assert_array_equal(found, expected)
 
 
 def test_save_and_load_keep_biases_centring_and_the_options(index, task, tmp_path):
-    _, _, text, queries, _, corpus = task
+    _, _, text, queries, _, _ = task
     index.save(tmp_path / "ix")
     loaded = AlignedIndex.load(tmp_path / "ix")
     np.testing.assert_array_equal(loaded.decision_function(queries), index.decision_function(queries))
     np.testing.assert_array_equal(loaded.aligned_prototypes(), index.aligned_prototypes())
-    np.testing.assert_array_equal(loaded.search_text(text, 5)[1], index.search_text(text, 5)[1])
+    np.testing.assert_array_equal(loaded.transform_text(text), index.transform_text(text))
     for name in ("center_", "prototype_mix_", "refine_prototypes_", "mapping_"):
         assert getattr(loaded.lfa_, name) == getattr(index.lfa_, name), name
     np.testing.assert_array_equal(loaded.lfa_.intercept_, index.lfa_.intercept_)
@@ -115,16 +119,16 @@ def test_save_and_load_keep_biases_centring_and_the_options(index, task, tmp_pat
     np.testing.assert_allclose(loaded.lfa_.feature_mean_, index.lfa_.feature_mean_)
 
 
-def test_every_consumer_serves_the_estimators_own_query_map(index, task, tmp_path):
+def test_every_consumer_serves_the_estimators_own_query_map(index, aligned_corpus, task, tmp_path):
     _, _, _, queries, _, corpus = task
     for mapping in ("task", "tt", "average"):
         own = index.lfa_.query_map(mapping)
         np.testing.assert_array_equal(index.query_transform(mapping), own.matrix)
         np.testing.assert_array_equal(index.query_offset(mapping), own.offset)  # centred: o = −μ W
         np.testing.assert_array_equal(index.transform(queries, mapping), own.align(queries))
-    index.save(tmp_path / "ix")
-    loaded = AlignedIndex.load(tmp_path / "ix")
+    np.testing.assert_array_equal(aligned_corpus.query_map.matrix, index.lfa_.query_map("task").matrix)  # a corpus too
+    loaded = AlignedCorpus.load(aligned_corpus.save(tmp_path / "corpus"))
     # the corpus keeps the map its vectors were aligned with, across save and load
-    np.testing.assert_array_equal(loaded.search_corpus(corpus[:20], 3)[1], index.search_corpus(corpus[:20], 3)[1])
-    assert loaded._corpus.query_map.offset is not None
-    np.testing.assert_array_equal(loaded._corpus.query_map.matrix, index._corpus.query_map.matrix)
+    np.testing.assert_array_equal(loaded.search(corpus[:20], 3)[1], aligned_corpus.search(corpus[:20], 3)[1])
+    assert loaded.query_map.offset is not None
+    np.testing.assert_array_equal(loaded.query_map.matrix, aligned_corpus.query_map.matrix)

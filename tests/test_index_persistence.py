@@ -1,4 +1,5 @@
-"""AlignedIndex.save / load: identical answers, safetensors + JSON + FAISS, checksums, atomic writes."""
+"""AlignedIndex.save / load: identical answers, safetensors + JSON, checksums, atomic writes (AlignedCorpus:
+test_corpus.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from properties import data_dir
 
 import lfa_index.persistence as persistence
+import lfa_index.persistence.writer as writer
 from lfa_index import LFA, AlignedIndex, IndexFormatError, IndexPathError, IndexPermissionError, IndexVersionError
 from lfa_index.persistence.layout import file_sha256
 
@@ -36,30 +38,27 @@ def data():
     labels = np.repeat(np.arange(10), 3)
     support = (text[labels] @ mix + rng.standard_normal((30, 40))).astype(np.float32)
     queries = (text[rng.integers(0, 12, 200)] @ mix + rng.standard_normal((200, 40))).astype(np.float32)
-    corpus = rng.standard_normal((2500, 40)).astype(np.float32)
-    return support, labels, text, queries, corpus
+    return support, labels, text, queries
 
 
 @pytest.fixture(scope="module")
 def index(data):
-    """Named classes, an image-side projection (40 -> 24), two added classes and an IVF corpus."""
-    support, labels, text, _, corpus = data
-    ix = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF8,Flat", corpus_params="nprobe=4")
+    """Named classes, an image-side projection (40 -> 24) and two added classes."""
+    support, labels, text, _ = data
+    ix = AlignedIndex(lfa=LFA(**OPTIONS))
     ix.fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    ix.add_classes(text[10:], names=["new a", "new b"])
-    return ix.add(corpus, ids=np.arange(len(corpus)) * 3 + 1)
+    return ix.add_classes(text[10:], names=["new a", "new b"])
 
 
 def answers(ix, data):
-    _, _, text, queries, corpus = data
+    _, _, text, queries = data
     return {
         "predict": ix.predict(queries),
         "reject": ix.predict(queries, reject_below=0.2),
         "search": ix.search(queries, 4),
         "decision": ix.decision_function(queries),
         "proba": ix.predict_proba(queries),
-        "text": ix.search_text(text, 10),
-        "corpus": ix.search_corpus(queries[:20], 10),
+        "text": ix.transform_text(text),
         "prototypes": ix.aligned_prototypes(),
     }
 
@@ -79,18 +78,17 @@ def test_save_then_load_gives_identical_answers(index, data, tmp_path):
     assert_same(answers(index, data), answers(loaded, data))
     params = [{k: v for k, v in ix.get_params().items() if k != "lfa"} for ix in (loaded, index)]  # lfa: two LFAs
     assert params[0] == params[1]
-    assert list(loaded.classes_) == NAMES + ["new a", "new b"] and loaded.corpus_size_ == index.corpus_size_
-    assert faiss.extract_index_ivf(loaded._corpus.index).nprobe == 4
+    assert list(loaded.classes_) == NAMES + ["new a", "new b"]
 
 
-def test_directory_holds_safetensors_json_and_faiss_files_with_checksums(index, tmp_path):
+def test_directory_holds_safetensors_and_json_files_with_checksums(index, tmp_path):
     path = index.save(tmp_path / "ix")
     manifest = json.loads((path / "manifest.json").read_text())
     assert sorted(p.name for p in path.iterdir()) == [".lfa-index.lock", manifest["data"], "manifest.json"]
     files = sorted(p.name for p in data_dir(path).iterdir())
-    assert files == ["arrays.safetensors", "corpus.faiss", "params.json"]
+    assert files == ["arrays.safetensors", "params.json"]
     assert manifest["format"] == "lfa-index" and manifest["format_version"] == persistence.FORMAT_VERSION
-    assert set(manifest["files"]) == {"arrays.safetensors", "corpus.faiss", "params.json"}
+    assert set(manifest["files"]) == {"arrays.safetensors", "params.json"}
     assert all(len(entry["sha256"]) == 64 for entry in manifest["files"].values())
     assert json.loads((data_dir(path) / "params.json").read_text())["class_names"] == NAMES + ["new a", "new b"]
 
@@ -108,7 +106,7 @@ def test_load_never_unpickles(index, tmp_path, monkeypatch):
 
 
 def test_partial_fit_after_load_continues_as_before(data, tmp_path):
-    support, labels, text, queries, _ = data
+    support, labels, text, queries = data
     original = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[::2], labels[::2], text)
     original.save(tmp_path / "ix")
     loaded = AlignedIndex.load(tmp_path / "ix")
@@ -118,17 +116,17 @@ def test_partial_fit_after_load_continues_as_before(data, tmp_path):
     np.testing.assert_array_equal(loaded.predict(queries), original.predict(queries))
 
 
-def test_index_without_corpus_round_trips(data, tmp_path):
-    support, labels, text, queries, _ = data
+def test_an_index_of_integer_classes_round_trips(data, tmp_path):
+    support, labels, text, queries = data
     ix = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text[:10])
     loaded = AlignedIndex.load(ix.save(tmp_path / "ix"))
     np.testing.assert_array_equal(loaded.predict(queries), ix.predict(queries))
-    assert loaded.corpus_size_ == 0 and loaded.label_space_.kind == "index"
+    assert loaded.label_space_.kind == "index"
 
 
 # ------------------------------------------------------------------ where save may write
 def test_save_replaces_an_existing_index_and_fills_an_empty_directory(index, data, tmp_path):
-    support, labels, text, queries, _ = data
+    support, labels, text, queries = data
     (tmp_path / "empty").mkdir()
     index.save(tmp_path / "empty")
     other = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text[:10])
@@ -156,7 +154,7 @@ def test_a_failed_save_leaves_the_previous_index_intact(index, data, tmp_path, m
     def broken_write(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(faiss, "write_index", broken_write)
+    monkeypatch.setattr(writer, "save_file", broken_write)
     with pytest.raises(OSError, match="disk full"):
         index.save(path)
     assert (path / "manifest.json").read_bytes() == before
@@ -181,8 +179,8 @@ def test_corrupted_file_is_detected(saved):
 
 
 def test_truncated_file_is_detected(saved):
-    blob = (data_dir(saved) / "corpus.faiss").read_bytes()
-    (data_dir(saved) / "corpus.faiss").write_bytes(blob[: len(blob) // 2])
+    blob = (data_dir(saved) / "arrays.safetensors").read_bytes()
+    (data_dir(saved) / "arrays.safetensors").write_bytes(blob[: len(blob) // 2])
     with pytest.raises(IndexFormatError, match="truncated"):
         AlignedIndex.load(saved)
 
@@ -271,7 +269,7 @@ def only_ours_left(path):
 
 
 def _fitted_variant(data, seed):
-    support, labels, text, _, _ = data
+    support, labels, text, _ = data
     return AlignedIndex(lfa=LFA(beta=0.5, steps=3, device="cpu", random_state=seed)).fit(support, labels, text[:10])
 
 
@@ -343,7 +341,7 @@ def _stress_writer(path, writer, stop_at, errors):
             persistence.write_index_dir(
                 path, kind="stress", documents={"params.json": {"tag": tag}},
                 arrays={"arrays.safetensors": {"tag": np.full(256, tag, dtype=np.int64)}},
-                faiss_indexes={"corpus.faiss": _tagged_index(tag)},
+                faiss_indexes={"vectors.faiss": _tagged_index(tag)},
             )
     except BaseException as err:  # noqa: BLE001 - reported to the parent
         errors.put(f"writer {writer}: {type(err).__name__}: {err}")
@@ -363,7 +361,7 @@ def _stress_reader(path, stop_at, errors):
             docs, arrays, indexes = persistence.read_index_dir(path, kind="stress")
             tag = docs["params.json"]["tag"]
             assert (arrays["arrays.safetensors"]["tag"] == tag).all(), "arrays from another save"
-            assert indexes["corpus.faiss"].reconstruct(0)[0] == np.float32(tag), "faiss index from another save"
+            assert indexes["vectors.faiss"].reconstruct(0)[0] == np.float32(tag), "faiss index from another save"
             loads += 1
     except BaseException as err:  # noqa: BLE001 - reported to the parent
         errors.put(f"reader: {type(err).__name__}: {err}")
@@ -376,7 +374,7 @@ def test_concurrent_saves_and_loads_never_fail_and_never_mix_two_saves(tmp_path)
     persistence.write_index_dir(
         path, kind="stress", documents={"params.json": {"tag": 0}},
         arrays={"arrays.safetensors": {"tag": np.zeros(256, dtype=np.int64)}},
-        faiss_indexes={"corpus.faiss": _tagged_index(0)},
+        faiss_indexes={"vectors.faiss": _tagged_index(0)},
     )
     context = multiprocessing.get_context("fork")
     reports = context.Queue()

@@ -1,17 +1,16 @@
 """LangChain and LlamaIndex: text -> image retrieval through the frameworks' own in-memory stores
-returns AlignedIndex.search_unaligned's top-k; documents classify as index.predict. Offline."""
+returns stores.search_unaligned's top-k; documents classify as index.predict. Offline."""
 
 from __future__ import annotations
 
 import importlib.util
 
-import faiss
 import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
 
 from lfa_index import LFA, AlignedIndex, DimensionMismatchError, InvalidInputError, InvalidParameterError, LFAIndexError
-from lfa_index.stores import FaissStore, prototype_dim, write_prototypes
+from lfa_index.stores import FaissStore, prototype_dim, search_unaligned, write_prototypes
 
 OPTIONS = dict(beta=0.5, steps=20, device="cpu", random_state=0)
 NAMES = [f"class_{i}" for i in range(10)]
@@ -48,8 +47,7 @@ def task():
     corpus = images(rng.integers(0, len(NAMES), 400))
     queries = rng.standard_normal((8, d_txt)).astype(np.float32) + text[:8]
     index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, np.array(NAMES)[labels], text, class_names=NAMES)
-    raw = faiss.IndexFlatIP(d_img)
-    raw.add(corpus)
+    raw = FaissStore(dim=d_img).add(corpus, ids=np.arange(len(corpus)))
     return index, corpus, queries, raw
 
 
@@ -62,7 +60,7 @@ def embedders(task):
 
 def expected_ids(task, overfetch):
     index, corpus, queries, raw = task
-    return index.search_unaligned(raw, queries, k=K, overfetch=overfetch)
+    return search_unaligned(index, raw, queries, k=K, overfetch=overfetch)
 
 
 # ------------------------------------------------------------------------------ LangChain

@@ -20,7 +20,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from properties import cases, data_dir, peak_memory
 
-from lfa_index import LFA, AlignedIndex
+from lfa_index import LFA, AlignedCorpus, AlignedIndex
 from lfa_index.adapters import load_embeddings
 from lfa_index.errors import IndexFormatError, LFAIndexError
 from lfa_index.stores import FaissStore
@@ -94,13 +94,13 @@ def test_a_forged_or_damaged_faiss_file_reads_as_checked_embeddings_or_a_typed_e
 # ------------------------------------------------------------------------------ saved indexes and stores
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """A saved index with a corpus, and a saved FAISS store, to copy and damage."""
+    """A saved index, its saved corpus, and a saved FAISS store, to copy and damage."""
     rng = np.random.default_rng(0)
     support, text = rng.standard_normal((12, 6)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
     index = AlignedIndex(lfa=LFA(steps=3, device="cpu", random_state=0)).fit(support, np.repeat(np.arange(3), 4), text)
-    index.add(support, ids=np.arange(12) * 2)
     root = tmp_path_factory.mktemp("saved")
     index.save(root / "index")
+    AlignedCorpus(index).add(support, ids=np.arange(12) * 2).save(root / "corpus")
     FaissStore(dim=6).add(support, np.arange(12), fields={"n": list(range(12))}).save(root / "store")
     return root, support
 
@@ -124,7 +124,7 @@ def forge_safetensors_header(raw: bytearray, data: st.DataObject) -> bytearray:
 @given(data=st.data())
 def test_a_forged_part_of_a_saved_index_or_store_is_refused_typed_within_bounded_memory(saved, data):
     source, support = saved
-    what = data.draw(st.sampled_from(["index", "store"]))
+    what = data.draw(st.sampled_from(["index", "corpus", "store"]))
     with tempfile.TemporaryDirectory() as folder:
         root = Path(shutil.copytree(source / what, Path(folder) / what))
         files = data_dir(root)
@@ -145,13 +145,18 @@ def test_a_forged_part_of_a_saved_index_or_store_is_refused_typed_within_bounded
             manifest = json.loads((root / "manifest.json").read_text())
             manifest["files"][part] = {"sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
             (root / "manifest.json").write_text(json.dumps(manifest))
-        loaded = read_checked(lambda: AlignedIndex.load(root) if what == "index" else FaissStore.load(root))
+        kind = {"index": AlignedIndex, "corpus": AlignedCorpus, "store": FaissStore}[what]
+        loaded = read_checked(lambda: kind.load(root))
     if loaded is None:
         return
     if what == "index":  # it loaded: every check passed, so it answers well-formed
         scores, labels = loaded.search(support, 2)
         assert np.isfinite(scores).all() and set(labels.ravel().tolist()) <= set(loaded.classes_.tolist())
         assert np.isfinite(loaded.predict_proba(support)).all()
+    elif what == "corpus":
+        scores, ids = loaded.search(support, 3)
+        assert scores.shape == ids.shape == (len(support), min(3, loaded.ntotal))
+        assert set(ids.ravel().tolist()) <= set(range(0, 24, 2)) | {-1}
     else:
         assert loaded.count() == len(loaded.get(np.array(sorted(i for b, _, _ in loaded.scan([]) for i in b))))
 
@@ -182,10 +187,10 @@ def json_leaves(doc, prefix=()):
 def test_the_forged_manifest_size_of_a_part_is_refused_before_the_part_is_read(saved):
     source, _ = saved
     with tempfile.TemporaryDirectory() as folder:
-        root = Path(shutil.copytree(source / "index", Path(folder) / "index"))
+        root = Path(shutil.copytree(source / "corpus", Path(folder) / "corpus"))
         manifest = json.loads((root / "manifest.json").read_text())
         manifest["files"]["corpus.faiss"]["bytes"] = 2**62
         (root / "manifest.json").write_text(json.dumps(manifest))
         with peak_memory() as grown, pytest.raises(IndexFormatError, match="corpus.faiss has"):
-            AlignedIndex.load(root)
+            AlignedCorpus.load(root)
     assert grown[0] < MEMORY_LIMIT

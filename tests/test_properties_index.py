@@ -37,7 +37,7 @@ from properties import (
 )
 from safetensors.numpy import load_file, save_file
 
-from lfa_index import LFA, AlignedIndex, IndexFormatError, LFAIndexError, ZeroNormError
+from lfa_index import LFA, AlignedCorpus, AlignedIndex, IndexFormatError, LFAIndexError, ZeroNormError
 from lfa_index.core.query_map import QueryMap
 from lfa_index.index.calibration import heldout_scores
 from lfa_index.stores import ChromaStore, FaissStore, LanceDBStore, QdrantStore
@@ -365,7 +365,7 @@ def test_heldout_scores_score_every_support_row_with_a_model_that_never_saw_it(n
 
 
 # ------------------------------------------------------------------------------ updates
-UPDATES = ("partial_fit", "add_classes", "add", "search_text", "search_corpus")
+UPDATES = ("partial_fit", "add_classes", "add", "search_text", "search")  # the last three: of an AlignedCorpus
 
 
 @st.composite
@@ -388,10 +388,11 @@ def test_an_update_either_fails_typed_and_changes_nothing_or_keeps_every_answer_
     names = NAMES[:3] if named else None
     index = AlignedIndex(lfa=paper(1)).fit(
         support[seen], np.array(NAMES)[labels[seen]] if named else labels[seen], text[:3], names)
-    if op in ("search_text", "search_corpus") or data.draw(st.booleans()):
-        index.add(centres[labels] + 0.05, ids=np.arange(len(labels)) * 2)
+    corpus = AlignedCorpus(index)
+    if op in ("search_text", "search") or data.draw(st.booleans()):
+        corpus.add(centres[labels] + 0.05, ids=np.arange(len(labels)) * 2)
     probe = (centres + 0.1).astype(np.float32)
-    state = index.decision_function(probe), index.classes_.tolist(), index.corpus_size_, index.support_embeddings_
+    state = index.decision_function(probe), index.classes_.tolist(), corpus.ntotal, index.support_embeddings_
     mostly_clean = dict(
         defects=("none",) * 20 + DEFECTS, shapes=("ok",) * 20 + SHAPES, dtypes=("float32",) * 8 + DTYPES)
     text_matrix = matrices(4, max_rows=3, base=text, **mostly_clean)
@@ -414,12 +415,12 @@ def test_an_update_either_fails_typed_and_changes_nothing_or_keeps_every_answer_
     else:
         args = (data.draw(matrices(5, max_rows=4, base=centres, **mostly_clean)), data.draw(st.integers(1, 12)))
     before = [snapshot(a) for a in args]
-    size = index.corpus_size_
+    size = corpus.ntotal
     try:
-        answer = getattr(index, op)(*args)
+        answer = getattr(index if op in ("partial_fit", "add_classes") else corpus, op)(*args)
     except LFAIndexError as err:
         event(f"{op}: {type(err).__name__}")
-        after = index.decision_function(probe), index.classes_.tolist(), index.corpus_size_, index.support_embeddings_
+        after = index.decision_function(probe), index.classes_.tolist(), corpus.ntotal, index.support_embeddings_
         np.testing.assert_array_equal(after[0], state[0])
         assert after[1:3] == state[1:3] and after[3] is state[3], "a failed update changed the index"
     else:
@@ -429,12 +430,12 @@ def test_an_update_either_fails_typed_and_changes_nothing_or_keeps_every_answer_
         if op == "add_classes":
             assert len(index.classes_) == len(state[1]) + n and index.is_new_class_[-n:].all()
         elif op == "add":
-            assert index.corpus_size_ == size + n
-            _, found = index.search_corpus(args[0], 1)  # each added image is its own nearest neighbour
+            assert corpus.ntotal == size + n
+            _, found = corpus.search(args[0], 1)  # each added image is its own nearest neighbour
             start = 2 * len(labels) - 1 if size else 0  # ids=None: after the largest id held
             ids = np.arange(start, start + n) if args[1] is None else np.asarray(args[1])
             assert np.isin(found[:, 0], ids).all()
-        elif op in ("search_text", "search_corpus"):
+        elif op in ("search_text", "search"):
             scores, ids = answer
             assert scores.shape == ids.shape == (n, min(args[1], size))
             assert np.isfinite(scores).all() and np.isin(ids, np.arange(len(labels)) * 2).all()
@@ -445,8 +446,9 @@ def test_an_update_either_fails_typed_and_changes_nothing_or_keeps_every_answer_
 
 # ------------------------------------------------------------------------------ save and load
 @st.composite
-def fitted_indexes(draw: Any) -> tuple[AlignedIndex, np.ndarray]:
-    """A small fitted index of any layout (names, new classes, views, corpus, unsupervised), and queries."""
+def fitted_indexes(draw: Any) -> tuple[AlignedIndex, np.ndarray, AlignedCorpus | None]:
+    """A small fitted index of any layout (names, new classes, views, unsupervised), queries, and about half
+    the time an aligned corpus of its images (any map)."""
     n_classes = draw(st.integers(2, 4))
     views = draw(st.sampled_from([0, 0, 2]))
     support, labels, text, centres = problem(n_classes + 1, 2, 5, 4, draw(st.integers(0, 2**16)), views)
@@ -458,12 +460,14 @@ def fitted_indexes(draw: Any) -> tuple[AlignedIndex, np.ndarray]:
     index.fit(support[keep], given_labels, text[:n_classes], None if names is None else names[:n_classes])
     if draw(st.booleans()):
         index.add_classes(text[n_classes:], None if names is None else names[n_classes:])
+    corpus = None
     if draw(st.booleans()):
-        index.add(centres[labels] + 0.1, ids=np.arange(len(labels)) * 3)
+        corpus = AlignedCorpus(index, mapping=draw(st.sampled_from(["task", "tt", "average"])))
+        corpus.add(centres[labels] + 0.1, ids=np.arange(len(labels)) * 3)
     if supervised and draw(st.booleans()):
         index.rejection_threshold()  # k-fold scores, kept with the estimator
     queries = centres[np.arange(7) % len(centres)] + 0.3 * np.random.default_rng(0).standard_normal((7, 5))
-    return index, queries.astype(np.float32)
+    return index, queries.astype(np.float32), corpus
 
 
 def assert_same_index(a: AlignedIndex, b: AlignedIndex, queries: np.ndarray, text: np.ndarray) -> None:
@@ -472,23 +476,32 @@ def assert_same_index(a: AlignedIndex, b: AlignedIndex, queries: np.ndarray, tex
     np.testing.assert_array_equal(a.predict_proba(queries), b.predict_proba(queries))
     if a.lfa_.heldout_scores_ is not None:
         assert a.rejection_threshold() == b.rejection_threshold()
-    if a.corpus_size_:
-        for got, expected in zip(a.search_text(text, 4), b.search_text(text, 4)):
-            np.testing.assert_array_equal(got, expected)
-        for got, expected in zip(a.search_corpus(queries, 4), b.search_corpus(queries, 4)):
-            np.testing.assert_array_equal(got, expected)
+
+
+def assert_same_corpus(a: AlignedCorpus, b: AlignedCorpus, queries: np.ndarray, text: np.ndarray) -> None:
+    assert (a.ntotal, a.factory, a.params, a.mapping) == (b.ntotal, b.factory, b.params, b.mapping)
+    answers = [(c.search_text(text, 4), c.search(queries, 4)) for c in (a, b)]
+    for got, expected in zip(*answers):
+        np.testing.assert_array_equal(got[0], expected[0])  # scores
+        np.testing.assert_array_equal(got[1], expected[1])  # ids
 
 
 @cases(60)
 @given(fitted=fitted_indexes())
 def test_save_then_load_answers_identically(fitted):
-    index, queries = fitted
+    index, queries, corpus = fitted
     with tempfile.TemporaryDirectory() as folder:
         index.save(Path(folder) / "index")
         loaded = AlignedIndex.load(Path(folder) / "index")
         assert_same_index(index, loaded, queries, index.text_embeddings_)
         loaded.save(Path(folder) / "index")  # a loaded index saves over itself and still answers the same
         assert_same_index(index, AlignedIndex.load(Path(folder) / "index"), queries, index.text_embeddings_)
+        if corpus is not None:  # and so does its corpus, saved beside it
+            loaded_corpus = AlignedCorpus.load(corpus.save(Path(folder) / "index.corpus"))
+            assert_same_corpus(corpus, loaded_corpus, queries, index.text_embeddings_)
+            loaded_corpus.save(Path(folder) / "index.corpus")
+            assert_same_corpus(corpus, AlignedCorpus.load(Path(folder) / "index.corpus"), queries,
+                               index.text_embeddings_)
 
 
 def rewrite_with_checksums(root: Path, name: str, data: bytes) -> None:
@@ -517,7 +530,7 @@ def damaged(value: np.ndarray, how: str) -> np.ndarray | None:
 @cases(120)
 @given(fitted=fitted_indexes(), data=st.data())
 def test_a_damaged_array_with_valid_checksums_is_refused_or_changes_nothing(fitted, data):
-    index, queries = fitted
+    index, queries, _ = fitted
     with tempfile.TemporaryDirectory() as folder:
         root = index.save(Path(folder) / "index")
         files = data_dir(root)
@@ -587,7 +600,7 @@ JSON_VALUES = st.one_of(
 @cases(100)
 @given(fitted=fitted_indexes(), data=st.data())
 def test_a_damaged_params_json_is_refused_or_loads_an_index_that_answers_well(fitted, data):
-    index, queries = fitted
+    index, queries, _ = fitted
     with tempfile.TemporaryDirectory() as folder:
         root = index.save(Path(folder) / "index")
         files = data_dir(root)
@@ -612,7 +625,7 @@ def test_a_damaged_params_json_is_refused_or_loads_an_index_that_answers_well(fi
 @cases(80)
 @given(fitted=fitted_indexes(), data=st.data())
 def test_any_flipped_or_cut_byte_is_refused_or_changes_nothing(fitted, data):
-    index, queries = fitted
+    index, queries, _ = fitted
     with tempfile.TemporaryDirectory() as folder:
         root = index.save(Path(folder) / "index")
         files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != ".lfa-index.lock")

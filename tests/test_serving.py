@@ -1,8 +1,8 @@
 """A saved index answers queries where only numpy, faiss-cpu and safetensors are installed.
 
 The serving process runs with torch, scikit-learn, scipy and every other fit-time dependency made
-unimportable by a ``sys.meta_path`` blocker, loads the index and writes its answers; they must equal
-the answers of the full environment.
+unimportable by a ``sys.meta_path`` blocker, loads the index and the aligned corpus saved beside it and
+writes their answers; they must equal the answers of the full environment.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
 from synthetic import planted_gap_problem
 
 import lfa_index.core
-from lfa_index import LFA, AlignedIndex
+from lfa_index import LFA, AlignedCorpus, AlignedIndex
+from lfa_index.stores import FaissStore, search_unaligned
 
 BLOCKED = ("torch", "sklearn", "scipy", "tqdm", "ot", "pandas", "pyarrow", "sentence_transformers", "matplotlib")
 
@@ -37,24 +37,23 @@ SERVE = textwrap.dedent(
     import pickle
 
     import numpy as np
-    from lfa_index import LFA, AlignedIndex
+    from lfa_index import LFA, AlignedCorpus, AlignedIndex
     from lfa_index.stores import FaissStore
-    from lfa_index.stores.aligned import classify, prototype_dim, search_classes, write_prototypes
+    from lfa_index.stores.aligned import classify, prototype_dim, search_classes, search_unaligned, write_prototypes
 
     blank = AlignedIndex(lfa=LFA(steps=3))  # an unfitted clone travels to workers by pickle
     assert repr(pickle.loads(pickle.dumps(blank))) == repr(copy.deepcopy(blank)) == repr(blank)
     index = AlignedIndex.load(sys.argv[1])
+    corpus = AlignedCorpus.load(sys.argv[1] + ".corpus")
     data = np.load(sys.argv[2])
     queries, text = data["queries"], data["text"]
-    import faiss
-    raw = faiss.IndexFlatIP(queries.shape[1])
-    raw.add(queries)
+    raw = FaissStore(dim=queries.shape[1]).add(queries, ids=np.arange(len(queries)))
     store = write_prototypes(index, FaissStore(dim=prototype_dim(index)))
     answers = {
         "predict": index.predict(queries), "proba": index.predict_proba(queries),
         "search_scores": index.search(queries, 3)[0], "search_labels": index.search(queries, 3)[1],
-        "text_ids": index.search_text(text, 5)[1], "corpus_ids": index.search_corpus(queries, 5)[1],
-        "unaligned_ids": index.search_unaligned(raw, text, 5, overfetch=2)[1],
+        "text_ids": corpus.search_text(text, 5)[1], "corpus_ids": corpus.search(queries, 5)[1],
+        "unaligned_ids": search_unaligned(index, raw, text, 5, overfetch=2)[1],
         "prototypes": index.aligned_prototypes(), "prepared": index.prepare_queries(queries),
         "store_classify": classify(index, store, queries), "store_labels": search_classes(index, store, queries, 3)[1],
         "transform": index.transform(queries),
@@ -72,15 +71,16 @@ def saved(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
     index = AlignedIndex(lfa=LFA(steps=10, prototype_mix=0.5, center=True, random_state=0)).fit(x, y, p)
     index.add_classes(p[:2] + 0.1)
-    index.add(queries)
     index.save(folder / "index")
+    corpus = AlignedCorpus(index).add(queries)
+    corpus.save(folder / "index.corpus")
     text = p[:3]
     np.savez(folder / "inputs.npz", queries=queries, text=text)
-    return index, folder, queries, text
+    return index, corpus, folder, queries, text
 
 
 def test_a_saved_index_answers_identically_without_torch_or_scikit_learn(saved):
-    index, folder, queries, text = saved
+    index, corpus, folder, queries, text = saved
     result = subprocess.run(
         [sys.executable, "-c", SERVE, str(folder / "index"), str(folder / "inputs.npz"), str(folder / "out.npz"),
          ",".join(BLOCKED)],
@@ -94,11 +94,10 @@ def test_a_saved_index_answers_identically_without_torch_or_scikit_learn(saved):
     scores, labels = index.search(queries, 3)
     np.testing.assert_array_equal(got["search_labels"], labels)
     np.testing.assert_allclose(got["search_scores"], scores, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(got["text_ids"], index.search_text(text, 5)[1])
-    np.testing.assert_array_equal(got["corpus_ids"], index.search_corpus(queries, 5)[1])
-    raw = faiss.IndexFlatIP(queries.shape[1])
-    raw.add(queries)
-    np.testing.assert_array_equal(got["unaligned_ids"], index.search_unaligned(raw, text, 5, overfetch=2)[1])
+    np.testing.assert_array_equal(got["text_ids"], corpus.search_text(text, 5)[1])
+    np.testing.assert_array_equal(got["corpus_ids"], corpus.search(queries, 5)[1])
+    raw = FaissStore(dim=queries.shape[1]).add(queries, ids=np.arange(len(queries)))
+    np.testing.assert_array_equal(got["unaligned_ids"], search_unaligned(index, raw, text, 5, overfetch=2)[1])
     np.testing.assert_array_equal(got["prototypes"], index.aligned_prototypes())
     np.testing.assert_array_equal(got["prepared"], index.prepare_queries(queries))
     np.testing.assert_array_equal(got["store_classify"], index.predict(queries))

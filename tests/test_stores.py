@@ -9,7 +9,6 @@ from __future__ import annotations
 import socket
 import sys
 
-import faiss
 import numpy as np
 import pytest
 from offline import no_network  # noqa: F401  (fixture)
@@ -227,7 +226,7 @@ def test_stale_prototypes_are_refused(index, task, stores):
 
 # ------------------------------------------------------------------------------ corpora
 @pytest.mark.parametrize("which", ["plain", "biased"])
-def test_aligned_corpus_top_10_equals_faiss_flat(which, index, biased_index, corpus, stores, tmp_path):
+def test_aligned_corpus_top_10_equals_faiss_flat(which, index, biased_index, corpus, stores):
     ix = index if which == "plain" else biased_index
     images, text_queries = corpus
     ids = np.arange(len(images)) * 3 + 5  # arbitrary, non-consecutive ids
@@ -238,21 +237,19 @@ def test_aligned_corpus_top_10_equals_faiss_flat(which, index, biased_index, cor
     expected_scores, expected = search_aligned(ix, faiss_store, text_queries, k=10)
     np.testing.assert_array_equal(found, expected)
     np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
-    # and both equal the index's own aligned corpus
-    _, own = own_corpus_search(ix, images, ids, text_queries, k=10, path=tmp_path / "own")
+    # and both equal an AlignedCorpus of the index
+    _, own = own_corpus_search(ix, images, ids, text_queries, k=10)
     np.testing.assert_array_equal(found, own)
 
 
 @pytest.mark.parametrize("which", ["plain", "biased"])
-def test_query_side_search_of_a_raw_store_is_exact_at_full_overfetch(
-    which, index, biased_index, corpus, stores, tmp_path
-):
+def test_query_side_search_of_a_raw_store_is_exact_at_full_overfetch(which, index, biased_index, corpus, stores):
     ix = index if which == "plain" else biased_index
     images, text_queries = corpus
     ids = np.arange(len(images)) * 2 + 1
     options = {"ef_search": 2048} if stores.engine == "chroma" else {}  # exact HNSW: more beam than rows
     raw = stores.open(f"raw_{which}", dim=images.shape[1], **options).add(images, ids)
-    _, exact = own_corpus_search(ix, images, ids, text_queries, k=10, path=tmp_path / "own")
+    _, exact = own_corpus_search(ix, images, ids, text_queries, k=10)
     _, full = search_unaligned(ix, raw, text_queries, k=10, overfetch=len(images))
     np.testing.assert_array_equal(full, exact)  # re-ranking every image is the exact search
     recall = {}
@@ -261,16 +258,12 @@ def test_query_side_search_of_a_raw_store_is_exact_at_full_overfetch(
         recall[overfetch] = _recall(found, exact)
     assert recall[1] <= recall[5] <= recall[20] <= 1.0
     assert recall[20] >= 0.9, recall
-    # a partial over-fetch fetches the same candidates as the exact FAISS store and as the index's own
-    # search_unaligned over a FAISS index of the raw rows, so it answers the same
-    raw_index = faiss.IndexIDMap2(faiss.IndexFlatIP(images.shape[1]))
-    raw_index.add_with_ids(images, ids)
+    # a partial over-fetch fetches the same candidates as the exact FAISS store, so it answers the same
     faiss_raw = FaissStore(dim=images.shape[1]).add(images, ids)
     scores, found = search_unaligned(ix, raw, text_queries, k=10, overfetch=5)
-    for expected_scores, expected in (search_unaligned(ix, faiss_raw, text_queries, k=10, overfetch=5),
-                                      ix.search_unaligned(raw_index, text_queries, k=10, overfetch=5)):
-        np.testing.assert_array_equal(found, expected)
-        np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
+    expected_scores, expected = search_unaligned(ix, faiss_raw, text_queries, k=10, overfetch=5)
+    np.testing.assert_array_equal(found, expected)
+    np.testing.assert_allclose(scores, expected_scores, atol=1e-5)
 
 
 def _recall(found: np.ndarray, exact: np.ndarray) -> float:

@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from lfa_index import LFA, AlignedIndex, LabelSpace
+from lfa_index import LFA, AlignedCorpus, AlignedIndex, LabelSpace
 from lfa_index.adapters import ENCODER_FORMS, VisionBackboneSource, load_embeddings
 from lfa_index.errors import CLIError
 from lfa_index.reporting import format_open_set, open_set_metrics
@@ -17,6 +17,7 @@ from .inputs import (
     class_list,
     class_prototypes,
     collect_items,
+    corpus_path,
     embed_items,
     encoder_from_args,
     labelled_rows,
@@ -66,7 +67,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_lfa_args(p)
     p.add_argument("--seed", type=int, default=0, help="random seed of every choice in LFA (default 0)")
     p.add_argument("--corpus", metavar="FILE",
-                   help="embeddings to add to the aligned corpus (for `search --target corpus`)")
+                   help="embeddings to align into a corpus saved beside the index, as OUT.corpus (for `search "
+                        "--target corpus`; ids = row numbers)")
     add_calibration_args(p)
     p.set_defaults(func=run)
 
@@ -113,17 +115,23 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if console.quiet:  # the fit printed no summary line
         console.note(index.lfa_.summary_)
     index.set_encoders(document=args.model, name=None if args.prototypes else args.text_model or args.model)
+    corpus = None
     if args.corpus:
-        corpus, _ = load_embeddings(args.corpus)
-        index.add(corpus)
+        images, _ = load_embeddings(args.corpus)
+        corpus = AlignedCorpus(index).add(images, ids=np.arange(len(images)))
     if calibration is not None:
         _calibrate(index, embed_items(calibration, model, console, strict=args.strict), args, console)
     index.save(args.out)
+    if corpus is not None:
+        corpus.save(corpus_path(args.out))
+    elif corpus_path(args.out).exists():
+        console.note(f"{corpus_path(args.out)}, the aligned corpus of an earlier fit, is kept as it was (its images "
+                     "keep that fit's map): pass --corpus FILE to rebuild it, or remove it")
     lfa = index.lfa_
     console.note(
         f"saved {args.out}: {len(index.classes_)} classes, {len(support.ids)} support rows, "
         f"support hubness {100 * lfa.hubness_init_:.1f}% → {100 * lfa.hubness_:.1f}%"
-        + (f", corpus of {index.corpus_size_}" if args.corpus else "")
+        + (f", corpus of {corpus.ntotal} saved to {corpus_path(args.out)}" if corpus is not None else "")
         + (f", rejection threshold {index.reject_below_:.4f}" if index.reject_below_ is not None else "")
         + "; the fit's summary line above is saved with it"
     )

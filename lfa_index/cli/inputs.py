@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from lfa_index import AlignedIndex, LabelSpace
+from lfa_index import AlignedCorpus, AlignedIndex, LabelSpace
 from lfa_index.adapters import (
     ENCODER_FORMS,
     PHOTO_TEMPLATE,
@@ -256,6 +257,19 @@ def load_index(path: str, device: str) -> AlignedIndex:
         return AlignedIndex.load(path, device=None if device == "auto" else device)
     except IndexNotFoundError as err:
         raise CLIError(f"no index at {path}; create one with `{PROG} fit ... -o {path}`.") from err
+
+
+def corpus_path(index_path: str) -> Path:
+    """Where ``fit --corpus`` saves the aligned corpus of the index at ``index_path``: beside it, ``INDEX.corpus``."""
+    path = Path(index_path)
+    path = path if path.name else path.resolve()
+    return path.with_name(path.name + ".corpus")
+
+
+def load_corpus(index_path: str, device: str) -> AlignedCorpus | None:
+    """The aligned corpus saved beside the index at ``index_path`` by ``fit --corpus``, or None."""
+    path = corpus_path(index_path)
+    return AlignedCorpus.load(path, device=None if device == "auto" else device) if path.exists() else None
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """``lfa-index search``: top-k classes, or nearest corpus items, of item or prompt queries.
 
 Prompt queries (``--prompt``/``--prompt-file`` embedded by ``--text-model``, or
-``--prompt-embeddings FILE``) search the index's aligned corpus, or with ``--store URI`` an
+``--prompt-embeddings FILE``) search an aligned corpus (``--corpus FILE`` aligned in memory, or the
+one ``fit --corpus`` saved beside the index, ``INDEX.corpus``), or with ``--store URI`` an
 existing collection of raw (unaligned) embeddings: each query is mapped back to the raw space,
 ``k · overfetch`` candidates are fetched and re-ranked exactly (:func:`lfa_index.stores.search_unaligned`).
 """
@@ -12,13 +13,22 @@ import argparse
 
 import numpy as np
 
-from lfa_index import AlignedIndex, EmbeddingAligner
+from lfa_index import AlignedCorpus, AlignedIndex, EmbeddingAligner
 from lfa_index.adapters import ENCODER_FORMS, load_embeddings, prompt_ensemble
 from lfa_index.errors import CLIError
 from lfa_index.stores import search_mapped, search_unaligned
 
 from .console import Console
-from .inputs import collect_items, encoder_from_args, load_index, opened_store, query_items, use_saved_encoders
+from .inputs import (
+    collect_items,
+    corpus_path,
+    encoder_from_args,
+    load_corpus,
+    load_index,
+    opened_store,
+    query_items,
+    use_saved_encoders,
+)
 from .options import STORE_URI_FORMS, add_command, add_force, add_query_args, positive_int
 from .output import csv_text, label_name, write_output
 from .readers import EMBEDDING_FILES, read_texts
@@ -31,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p = add_command(commands, "search", epilog=f"{ENCODER_FORMS}\n{STORE_URI_FORMS}",
                     help="top-k classes, or nearest corpus items, of queries",
                     description="Search a saved index. Item queries (--queries/--images/--texts/--text) find their "
-                                "top-k\nclasses (--target classes) or their nearest items in the aligned corpus "
+                                "top-k\nclasses (--target classes) or their nearest items in an aligned corpus "
                                 "(--target corpus);\nprompt queries (embedded like class names) find corpus items, "
                                 "or, with --store URI, items of\nan existing collection of raw embeddings (mapped "
                                 "back, k x overfetch candidates re-ranked exactly).")
@@ -47,7 +57,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-embeddings", metavar="FILE",
                    help=f"queries already embedded on the class-name side ({EMBEDDING_FILES}); ids = row numbers")
     p.add_argument("--corpus", metavar="FILE",
-                   help="embeddings to search (added to the index in memory; ids = row numbers)")
+                   help="embeddings to search, aligned in memory (ids = row numbers; default: the corpus `fit "
+                        "--corpus` saved beside INDEX, INDEX.corpus)")
     p.add_argument("--store", metavar="URI",
                    help="search this vector store of raw embeddings instead (store URI, see below; nothing is "
                         "re-indexed)")
@@ -72,8 +83,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     overfetch = positive_int(args.overfetch, "--overfetch")
     if args.store and (args.corpus or args.target):
         raise CLIError("--store searches the store's rows: drop --corpus and --target.")
-    if args.corpus:
-        _add_corpus(index, args.corpus, console)
     prompts = list(args.prompt or [])
     if args.prompt_file:
         prompts += read_texts(args.prompt_file, text_column=args.text_column, label_column=None,
@@ -97,20 +106,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     target = args.target or ("corpus" if has_prompts or args.corpus else "classes")
     if has_prompts and target != "corpus":
         raise CLIError("--prompt queries search the aligned corpus; drop --target classes.")
-    if target == "corpus" and not args.store and index.corpus_size_ == 0:
-        raise CLIError(
-            f"{args.index} has no aligned corpus: pass --corpus FILE (embeddings to search), --store URI (a vector "
-            "store of raw embeddings) or fit with --corpus."
-        )
+    corpus = _corpus(args, index, console) if target == "corpus" and not args.store else None
     if has_prompts:
         query_ids, queries = _prompt_queries(args, index, prompts, console)
         if args.store:
             with opened_store(args.store) as store:
                 scores, ids = search_unaligned(index, store, queries, k=k, overfetch=overfetch)
         else:
-            scores, ids = index.search_text(queries, k=k)
+            scores, ids = corpus.search_text(queries, k=k)
     elif target == "corpus":
-        scores, ids = index.search_corpus(items.embeddings, k=k)
+        scores, ids = corpus.search(items.embeddings, k=k)
         query_ids = items.ids
     else:
         scores, labels = index.search(items.embeddings, k=k)
@@ -172,10 +177,16 @@ def _prompt_queries(
     return prompts, prompt_ensemble(prompts, encoder.embed_texts, templates)
 
 
-def _add_corpus(index: AlignedIndex, path: str, console: Console) -> None:
-    """Add the embeddings of ``path`` to the index's aligned corpus, in memory."""
-    corpus, _ = load_embeddings(path)
-    first_id = 0 if index.corpus_size_ == 0 else None
-    index.add(corpus, ids=None if first_id is None else np.arange(len(corpus)))
-    console.note(f"added {len(corpus)} rows of {path} to the aligned corpus"
-                 + (" (ids = row numbers)" if first_id == 0 else " (ids follow those already in the index)"))
+def _corpus(args: argparse.Namespace, index: AlignedIndex, console: Console) -> AlignedCorpus:
+    """The aligned corpus to search: ``--corpus FILE`` aligned in memory, else the one saved beside the index."""
+    if args.corpus:
+        images, _ = load_embeddings(args.corpus)
+        console.note(f"aligned {len(images)} rows of {args.corpus} in memory (ids = row numbers)")
+        return AlignedCorpus(index).add(images, ids=np.arange(len(images)))
+    corpus = load_corpus(args.index, args.device)
+    if corpus is None:
+        raise CLIError(
+            f"{args.index} has no aligned corpus ({corpus_path(args.index)}): pass --corpus FILE (embeddings to "
+            "search), --store URI (a vector store of raw embeddings) or fit with --corpus."
+        )
+    return corpus

@@ -5,11 +5,13 @@
 ``labels``     :class:`LabelSpace`: class labels ↔ positions, the unknown label, rejection
 ``calibration`` rejection thresholds: held-out scores of the support rows, the quantile
 ``classes``    the classes as one immutable snapshot, searched in flat inner-product indexes
-``corpus``     the aligned image corpus with its read/write lock
+``corpus``     the FAISS side of an aligned corpus: its index, ids and read/write lock
 ``device``     FAISS placement (GPU)
 ``export``     what a fitted index hands to other stores (folded prototypes, prepared queries, maps)
 ``format``     what the index saves and loads
 ``aligned_index``  the :class:`AlignedIndex` estimator that composes them
+``aligned_corpus`` :class:`AlignedCorpus`: images aligned by a fitted index, searched by text or image
+                   (``corpus_format``: what it saves)
 ``aligner``    :class:`EmbeddingAligner`: a new encoder's queries in an old encoder's space (``aligner_format``)
 
 Example
@@ -17,13 +19,15 @@ Example
 >>> index = AlignedIndex(lfa=LFA(steps=50, random_state=0)).fit(img_emb, labels, text_emb, class_names)
 >>> index.predict(queries)                      # class names
 >>> scores, names = index.search(queries, k=5)  # top-5 classes, aligned cosines
->>> index.add(corpus_emb).search_text(text_emb, k=10)
 >>> index.save("my_index"); AlignedIndex.load("my_index")
+>>> corpus = AlignedCorpus(index).add(corpus_emb)   # text -> image, image -> image
+>>> corpus.search_text(text_emb, k=10); corpus.save("my_index.corpus")
 """
 
+from .aligned_corpus import AlignedCorpus
 from .aligned_index import AlignedIndex
 from .aligner import EmbeddingAligner
 from .faiss_device import faiss_gpu_available
 from .labels import LabelSpace
 
-__all__ = ["AlignedIndex", "EmbeddingAligner", "LabelSpace", "faiss_gpu_available"]
+__all__ = ["AlignedCorpus", "AlignedIndex", "EmbeddingAligner", "LabelSpace", "faiss_gpu_available"]

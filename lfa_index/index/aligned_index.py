@@ -1,32 +1,26 @@
-"""AlignedIndex: an LFA estimator served as exact FAISS search over class prototypes and image corpora."""
+"""AlignedIndex: an LFA estimator served as exact FAISS search over its class prototypes."""
 
 from __future__ import annotations
 
 import copy
 import threading
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
-import faiss
 import numpy as np
 
-from ..arrays import MAPPINGS, Mapping
 from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
 from ..core.validation import (
-    StrOptions,
     check_embeddings,
     check_more_support,
     check_number,
     check_query_matrix,
-    check_raw_rows,
     check_text_matrix,
     validate_params,
     weighted_accuracy,
 )
-from ..errors import EmptyIndexError, InvalidParameterError, NotFittedError
-from . import folding
+from ..errors import InvalidParameterError, NotFittedError
 from .calibration import (
     OBJECTIVES,
     Objective,
@@ -37,7 +31,6 @@ from .calibration import (
     validation_truth,
 )
 from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, top_class_positions
-from .corpus import Corpus, check_factory, check_raw_index, check_search_params, reconstruct
 from .export import StoreExportMixin
 from .faiss_device import FaissDevice
 from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, as_format_error, file_label, load_index, save_index
@@ -50,7 +43,7 @@ def _from_table(read: Callable[[ClassTable], Any], doc: str) -> property:
 
 
 class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
-    """Few-shot classifier and aligned retrieval index: an LFA estimator folded into FAISS.
+    """Few-shot classifier served as an index: an LFA estimator folded into FAISS.
 
     Classifying a query is one inner-product search of the raw query against the class
     prototypes folded with the LFA's query map (:class:`lfa_index.core.query_map.QueryMap`); classes added later from
@@ -61,14 +54,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     lfa : LFA or None, default=None
         The estimator to fit (cloned by :meth:`fit`); None means ``LFA()``. Its ``device`` also
         places the FAISS indexes: on a CUDA device with faiss-gpu installed they move to the GPU.
-    corpus_factory : str, default="Flat"
-        FAISS factory string of the aligned image corpus (e.g. "IVF1024,PQ32" for large corpora,
-        trained on the first :meth:`add`; a trailing "np" skips polysemous training). Ids are kept
-        by an ``IndexIDMap2`` around it.
-    corpus_params : str or None, default=None
-        FAISS search parameters of the corpus, as ``faiss.ParameterSpace`` reads them ("nprobe=16").
-    corpus_mapping : {"task", "tt", "average"}, default="task"
-        Map that aligns corpus images (and the queries of :meth:`search_unaligned`).
+        Images to search by text or by image go in an :class:`~lfa_index.AlignedCorpus` built from
+        the fitted index.
 
     Attributes
     ----------
@@ -85,7 +72,6 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     text_embeddings_ : ndarray (C, d_txt)            the prototypes as given.
     support_embeddings_, support_labels_ : the support set seen so far (for :meth:`partial_fit`).
     n_features_in_ : int              image embedding dimension d_in.
-    corpus_size_ : int                images in the aligned corpus.
 
     Example
     -------
@@ -95,28 +81,12 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     >>> cross_val_score(AlignedIndex(lfa=LFA(steps=50)), X, y, params={"text_emb": T})  # y: ints
     """
 
-    _parameter_constraints: dict = {
-        "lfa": [LFA, None],
-        "corpus_factory": [str],
-        "corpus_params": [str, None],
-        "corpus_mapping": [StrOptions(set(MAPPINGS))],
-    }
+    _parameter_constraints: dict = {"lfa": [LFA, None]}
 
-    def __init__(
-        self,
-        lfa: LFA | None = None,
-        *,
-        corpus_factory: str = "Flat",
-        corpus_params: str | None = None,
-        corpus_mapping: Mapping = "task",
-    ):
+    def __init__(self, lfa: LFA | None = None):
         self.lfa = lfa
-        self.corpus_factory = corpus_factory
-        self.corpus_params = corpus_params
-        self.corpus_mapping = corpus_mapping
         self._lock = threading.RLock()
         self._table: ClassTable | None = None
-        self._corpus: Corpus | None = None
         self._device: FaissDevice | None = None
         self._novelty: tuple[ClassTable, NoveltyScore] | None = None
         self._reject_below: float | None = None
@@ -124,7 +94,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     def fit(self, img_emb: Any, labels: Any, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
-        """Fit a clone of ``lfa`` and index the class prototypes. Any previous corpus is dropped.
+        """Fit a clone of ``lfa`` and index the class prototypes.
 
         img_emb : (N, d_in) or (N, V, d_in) support embeddings; labels : (N,) ints indexing the rows
         of ``text_emb``, or names found in ``class_names`` (None: unsupervised LFA); text_emb :
@@ -133,15 +103,11 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._check_params()
         support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3))
         text = check_embeddings(text_emb, name="text_emb")
-        check_factory(self.corpus_factory, min(support.shape[-1], text.shape[1]))  # the narrower side
-        if self.corpus_params is not None:
-            check_search_params(self.corpus_params)
         space, y = LabelSpace.from_fit(labels, class_names, n_rows=len(support), n_classes=len(text))
         lfa = (LFA() if self.lfa is None else clone(self.lfa)).fit(support, y, text)
         with self._lock:
             self._device = FaissDevice(lfa.device)
             self._set_fitted(lfa, support, y)
-            self._corpus = None
             self._encoders = dict(NO_ENCODERS)
             self._publish(space, np.zeros(len(text), dtype=bool), text, np.empty((0, 0), dtype=np.float32))
         return self
@@ -149,7 +115,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def partial_fit(self, img_emb: Any, labels: Any) -> "AlignedIndex":
         """Refit with a warm start on the support seen so far plus ``img_emb`` (labels as in ``fit``;
         classes added by :meth:`add_classes` that now have support rows count as fitted; the others
-        keep W_tt). The corpus keeps its map."""
+        keep W_tt)."""
         self._check_fitted()
         with self._lock:
             table, seen = self._table, self.support_embeddings_
@@ -317,71 +283,11 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         return objective_threshold(scores, truth, positions[:, 0], objective, accept_rate=accept_rate,
                                    oos_recall=oos_recall)
 
-    # ------------------------------------------------------------------ aligned corpus
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
-        """Aligned unit text embeddings (n, d): the queries of :meth:`search_text`."""
+        """Aligned unit text embeddings (n, d), as the class prototypes are aligned: text queries of the
+        aligned space (:func:`lfa_index.stores.search_aligned`, :func:`~lfa_index.stores.search_unaligned`)."""
         self._check_fitted()
         return np.ascontiguousarray(self.lfa_.transform_prototypes(self._check_text(text_emb, name)), dtype=np.float32)
-
-    @property
-    def corpus_size_(self) -> int:
-        corpus = self._corpus
-        return 0 if corpus is None else corpus.size
-
-    def add(self, img_emb: Any, ids: Any = None) -> "AlignedIndex":
-        """Add image embeddings (N, d_in) to the aligned corpus. ``ids``: distinct non-negative int64,
-        default consecutive after the largest id held. A factory that needs training is trained on
-        the first call's images (a seeded sample of at most max(262144, 256 · nlist))."""
-        table = self.class_table_
-        x = self._check_queries(img_emb, name="img_emb")
-        with self._lock:
-            if self._corpus is None:
-                query_map = table.maps[self.corpus_mapping]
-                self._corpus = Corpus.create(
-                    self.corpus_factory, self.corpus_params, self.corpus_mapping, query_map, table.device
-                )
-            corpus = self._corpus
-        corpus.add(x, ids)
-        return self
-
-    def search_text(self, text_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Text -> image retrieval in the aligned corpus: ``(scores, ids)``, each (n, min(k, corpus_size_)),
-        best first; approximate factories may leave slots unfilled (id -1, score -inf)."""
-        check_number(k, "k", low=1, integer=True)
-        queries = self.transform_text(text_emb)
-        return self._corpus_or_raise("search_text").search(queries, int(k), "search_text")
-
-    def search_corpus(self, img_emb: Any, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """Image -> image kNN in the aligned corpus: ``(scores, ids)``, as :meth:`search_text`."""
-        check_number(k, "k", low=1, integer=True)
-        x = self._check_queries(img_emb, name="img_emb")
-        corpus = self._corpus_or_raise("search_corpus")
-        return corpus.search(corpus.query_map.align(x), int(k), "search_corpus")
-
-    def search_unaligned(
-        self, index: faiss.Index, q_text: Any, k: int = 10, *, overfetch: int = 10, vectors: Any = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Text -> image search in a FAISS index of raw (unaligned) image embeddings: ``k · overfetch``
-        candidates of the query mapped back (``t Gᵀ``) are re-ranked exactly by aligned cosine.
-
-        Candidate vectors come from ``index.reconstruct_batch`` or ``vectors`` (row i = id i).
-        Returns ``(scores, ids)``, each (n, min(k, k · overfetch, ntotal)).
-        """
-        check_number(k, "k", low=1, integer=True)
-        check_number(overfetch, "overfetch", low=1, integer=True)
-        check_raw_index(index, self.class_table_.n_features)
-        # the shape of ``vectors`` now, the values of the candidate rows only: a corpus is not re-read per call
-        raw = None if vectors is None else check_raw_rows(vectors, dim=self.class_table_.n_features)
-        text = self.transform_text(q_text, "q_text")
-        query_map = self.class_table_.query_map(self.corpus_mapping)
-        fetch = min(int(k) * int(overfetch), int(index.ntotal))
-        _, candidates = index.search(query_map.unalign(text), fetch)
-
-        def aligned_rows(ids: np.ndarray) -> np.ndarray:
-            rows = reconstruct(index, ids, raw)
-            return query_map.align(self._check_queries(rows, name="vectors", allow_zero=True))
-
-        return folding.rerank(text, candidates, aligned_rows, int(k))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -392,19 +298,17 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """
         self._check_fitted()
         with self._lock:
-            corpus = self._corpus if self._corpus is not None and self._corpus.size else None
-            with corpus.saved() if corpus is not None else nullcontext() as saved_corpus:
-                return save_index(
-                    path, params=self.get_params(deep=False), lfa=self.lfa_, table=self._table,
-                    support_embeddings=self.support_embeddings_, support_labels=self.support_labels_,
-                    corpus=saved_corpus, serving={"reject_below": self._reject_below, "encoders": self._encoders},
-                )
+            return save_index(
+                path, params=self.get_params(deep=False), lfa=self.lfa_, table=self._table,
+                support_embeddings=self.support_embeddings_, support_labels=self.support_labels_,
+                serving={"reject_below": self._reject_below, "encoders": self._encoders},
+            )
 
     @classmethod
     def load(cls, path: str | Path, device: str | None = None) -> "AlignedIndex":
-        """Read an index written by :meth:`save` (or by an earlier format); ``device`` overrides the
-        LFA's (e.g. "cpu" for a GPU index). Raises :class:`~lfa_index.errors.IndexFormatError` for a
-        missing, foreign, corrupted or inconsistent directory, naming the file."""
+        """Read an index written by :meth:`save`; ``device`` overrides the LFA's (e.g. "cpu" for a GPU
+        index). Raises :class:`~lfa_index.errors.IndexFormatError` for a missing, foreign, corrupted or
+        inconsistent directory (or one saved with an image corpus inside), naming the file."""
         saved = load_index(path, device)
         index = cls(**saved.params)
         with as_format_error(file_label(path, PARAMS_FILE)):
@@ -421,8 +325,6 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         )
         self._reject_below = saved.reject_below
         self._encoders = {**NO_ENCODERS, **(saved.encoders or {})}
-        if saved.corpus is not None:
-            self._corpus = Corpus.restore(saved.corpus, self.corpus_factory, self.corpus_params, device)
 
     # ------------------------------------------------------------------ plumbing
     classes_ = _from_table(lambda t: t.labels.classes, "Labels of the classes, (C,).")
@@ -469,15 +371,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
                 built = self._novelty = (table, NoveltyScore.build(table, first_view(support), heldout))
             return built[1]
 
-    def _corpus_or_raise(self, caller: str) -> Corpus:
-        self._check_fitted()
-        corpus = self._corpus
-        if corpus is None:
-            raise EmptyIndexError(f"the aligned corpus is empty: call add(img_emb) before {caller}().")
-        return corpus
-
-    def _check_queries(self, X: Any, name: str = "X", allow_zero: bool = False) -> np.ndarray:
-        return check_query_matrix(X, name=name, dim=self.class_table_.n_features, allow_zero=allow_zero)
+    def _check_queries(self, X: Any, name: str = "X") -> np.ndarray:
+        return check_query_matrix(X, name=name, dim=self.class_table_.n_features)
 
     def _check_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
         return check_text_matrix(text_emb, name=name, dim=self.class_table_.text_embeddings.shape[1])

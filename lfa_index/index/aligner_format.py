@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from .. import persistence
-from ..errors import IndexVersionError
-from .format import as_format_error, file_label, jsonable
+from .format import as_format_error, check_version, file_label, jsonable
 
 ALIGNER_FORMAT = 1
 KIND = "embedding-aligner"
@@ -53,14 +52,7 @@ def load_aligner(cls: type, path: str | Path) -> Any:
     params_file, arrays_file = file_label(path, PARAMS_FILE), file_label(path, ARRAYS_FILE)
     with as_format_error(params_file):
         doc = documents[PARAMS_FILE]
-        version = doc["aligner_format"]
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise ValueError(f"aligner_format must be an integer, got {version!r}")
-        if version != ALIGNER_FORMAT:
-            raise IndexVersionError(
-                f"{params_file} was written with aligner format {version}, but this library reads only format "
-                f"{ALIGNER_FORMAT}: re-fit the aligner and re-save it with this lfa-index."
-            )
+        check_version(doc["aligner_format"], ALIGNER_FORMAT, params_file, "aligner")
         aligner = cls(**doc["params"])
         state = doc["state"]
         for name in STATE:

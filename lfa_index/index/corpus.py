@@ -1,13 +1,13 @@
-"""The aligned image corpus of an AlignedIndex: ``normalize(x̂ G + o)`` of every added image in a
-FAISS ``IndexIDMap2``, its int64 ids, and a read/write lock (many searches, or one add).
-
-The map is frozen at the first add: images added before a refit keep the map they were aligned with.
+"""The FAISS side of an :class:`~lfa_index.AlignedCorpus`: ``normalize(x̂ G + o)`` of every added
+image in a FAISS ``IndexIDMap2``, its int64 ids, and a read/write lock (many searches, or one add).
+Also the checks of FAISS factory strings and search parameters that :class:`~lfa_index.stores.FaissStore`
+shares.
 
 Example
 -------
->>> corpus = Corpus.create("IVF1024,PQ32", "nprobe=16", "task", lfa.query_map("task"), FaissDevice("cpu"))
+>>> corpus = Corpus.create("IVF1024,PQ32", "nprobe=16", index.class_table_.maps["task"], FaissDevice("cpu"))
 >>> corpus.add(images, ids=None)
->>> scores, ids = corpus.search(corpus.query_map.align(queries), k=10, caller="search_corpus")
+>>> scores, ids = corpus.search(corpus.query_map.align(queries), k=10, caller="search")
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ..arrays import CHUNK_ROWS
 from ..core.query_map import QueryMap
 from ..core.validation import check_ids
 from ..errors import (
-    DimensionMismatchError,
     DuplicateIdError,
     EmptyIndexError,
     IdsExhaustedError,
@@ -76,12 +75,10 @@ class Corpus:
     """Aligned images in a FAISS index with ids; ``next_id`` numbers the images added without ids."""
 
     def __init__(
-        self, index: faiss.Index, query_map: QueryMap, mapping: str, ids: np.ndarray, next_id: int,
-        device: FaissDevice, factory: str,
+        self, index: faiss.Index, query_map: QueryMap, ids: np.ndarray, next_id: int, device: FaissDevice, factory: str,
     ):
         self.index = index
         self.query_map = query_map
-        self.mapping = mapping
         self.ids = ids  # sorted int64 ids held
         self.next_id = next_id
         self.factory = factory
@@ -89,26 +86,23 @@ class Corpus:
         self._lock = ReadWriteLock()
 
     @classmethod
-    def create(
-        cls, factory: str, params: str | None, mapping: str, query_map: QueryMap, device: FaissDevice
-    ) -> "Corpus":
+    def create(cls, factory: str, params: str | None, query_map: QueryMap, device: FaissDevice) -> "Corpus":
         """An empty corpus of ``factory`` (under an ``IndexIDMap2``) searched with ``params``."""
         index = faiss.index_factory(query_map.n_features_out, "IDMap2," + factory, faiss.METRIC_INNER_PRODUCT)
         index = device.to_device(index)
         apply_params(index, params, factory, device)
-        return cls(index, query_map, mapping, np.empty(0, dtype=np.int64), 0, device, factory)
+        return cls(index, query_map, np.empty(0, dtype=np.int64), 0, device, factory)
 
     @classmethod
     def restore(
-        cls, saved: tuple[faiss.Index, np.ndarray, str, int, QueryMap], factory: str, params: str | None,
+        cls, index: faiss.Index, next_id: int, query_map: QueryMap, factory: str, params: str | None,
         device: FaissDevice,
     ) -> "Corpus":
-        """A corpus as loaded (``SavedIndex.corpus``: CPU index, sorted ids, mapping, next_id, map), moved
-        to ``device`` and searched with ``params``."""
-        index, ids, mapping, next_id, query_map = saved
+        """A corpus as loaded (a checked CPU ``IndexIDMap2``), moved to ``device`` and searched with ``params``."""
+        ids = held_ids(index)
         index = device.to_device(index)
         apply_params(index, params, factory, device)
-        return cls(index, query_map, mapping, ids, next_id, device, factory)
+        return cls(index, query_map, ids, next_id, device, factory)
 
     def __getstate__(self) -> dict[str, Any]:
         """A consistent snapshot (no add runs meanwhile), the index as serialised CPU bytes."""
@@ -143,17 +137,16 @@ class Corpus:
         """Top-``min(k, size)`` aligned rows of aligned ``queries``: ``(scores, ids)``; empty slots -1, -inf."""
         with self._lock.read():
             if self.size == 0:
-                raise EmptyIndexError(f"the aligned corpus is empty: call add(img_emb) before {caller}().")
+                raise EmptyIndexError(f"the aligned corpus is empty: call add(X) before {caller}().")
             scores, ids = self._device.search(self.index, queries, min(k, self.size))
         scores[ids < 0] = -np.inf
         return scores, ids
 
     @contextmanager
-    def saved(self) -> Iterator[tuple[faiss.Index, dict[str, Any], QueryMap]]:
-        """What :meth:`AlignedIndex.save` writes: a CPU index, ``{"mapping", "next_id"}`` and the map;
-        no add runs until the block ends."""
+    def saved(self) -> Iterator[tuple[faiss.Index, int]]:
+        """What a save writes: a CPU copy of the index and ``next_id``; no add runs until the block ends."""
         with self._lock.read():
-            yield self._device.to_cpu(self.index), {"mapping": self.mapping, "next_id": self.next_id}, self.query_map
+            yield self._device.to_cpu(self.index), self.next_id
 
     def _new_ids(self, ids: Any, n_rows: int) -> np.ndarray:
         if ids is None:
@@ -186,7 +179,7 @@ class Corpus:
             raise InvalidInputError(
                 f"could not train the {self.factory!r} corpus on the first add's {len(x)} image(s) "
                 f"({faiss_reason(err)}); add more images in the first call (IVFn needs at least n, ideally 39·n) "
-                "or use corpus_factory='Flat'."
+                "or use factory='Flat'."
             ) from err
 
 
@@ -199,12 +192,12 @@ def apply_params(index: faiss.Index, params: str | None, factory: str, device: F
         device.parameter_space().set_index_parameters(index, params)
     except RuntimeError as err:
         raise InvalidParameterError(
-            f"corpus_params={params!r} does not apply to a {factory!r} index "
+            f"params={params!r} does not apply to a {factory!r} index "
             f"({faiss_reason(err)}); e.g. 'nprobe=16' for IVF, 'efSearch=64' for HNSW."
         ) from err
 
 
-def check_search_params(params: str, name: str = "corpus_params") -> None:
+def check_search_params(params: str, name: str = "params") -> None:
     """Raise :class:`InvalidParameterError` unless ``params`` is ``"name=value[,name=value]"`` with each value a
     finite positive number, integers below 2**31 (FAISS reads them as C ints: 0 or 2**32 + 1 would return
     one hit where k were asked for)."""
@@ -223,7 +216,7 @@ def check_search_params(params: str, name: str = "corpus_params") -> None:
             )
 
 
-def check_factory(factory: str, dim: int, name: str = "corpus_factory") -> None:
+def check_factory(factory: str, dim: int, name: str = "factory") -> None:
     """Raise :class:`InvalidParameterError` unless FAISS can build ``factory`` over ``dim``-d vectors, ids
     aside (lfa-index adds its own ``IndexIDMap2``)."""
     try:
@@ -240,32 +233,6 @@ def check_factory(factory: str, dim: int, name: str = "corpus_factory") -> None:
         )
 
 
-def check_raw_index(index: Any, dim: int) -> None:
-    """Raise a typed error unless ``index`` is a non-empty FAISS index of ``dim``-d raw image embeddings."""
-    if not isinstance(index, faiss.Index):
-        raise InvalidParameterError(f"index must be a FAISS index of raw image embeddings, got {type(index).__name__}.")
-    if index.d != dim:
-        raise DimensionMismatchError(
-            f"index holds {index.d}-d vectors but this AlignedIndex aligns {dim}-d image embeddings; "
-            "pass an index of embeddings from the same image model."
-        )
-    if index.ntotal == 0:
-        raise EmptyIndexError("index is empty: add raw image embeddings to it before search_unaligned().")
-
-
-def reconstruct(index: faiss.Index, ids: np.ndarray, vectors: np.ndarray | None) -> np.ndarray:
-    """Stored vectors of ``ids``: rows of ``vectors`` (row i = id i) when given, else the index's own."""
-    if vectors is not None:
-        if ids.max() >= len(vectors):
-            raise InvalidInputError(
-                f"vectors has {len(vectors)} rows but the index returned id {int(ids.max())}; pass vectors indexed by "
-                "the index's ids (row i = the embedding with id i)."
-            )
-        return vectors[ids]
-    try:
-        return index.reconstruct_batch(ids)
-    except RuntimeError as err:
-        raise InvalidParameterError(
-            f"this {type(index).__name__} cannot return its stored vectors ({faiss_reason(err)}); pass vectors= "
-            "(the raw embeddings, row i = id i), call index.make_direct_map() on an IVF index, or use IndexIDMap2."
-        ) from err
+def held_ids(index: faiss.Index) -> np.ndarray:
+    """Sorted int64 ids held by an ``IndexIDMap2``."""
+    return np.sort(faiss.vector_to_array(faiss.downcast_index(index).id_map)).astype(np.int64)

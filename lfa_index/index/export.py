@@ -63,7 +63,7 @@ class StoreExportMixin:
         return table.query_map(mapping).norms(_queries(table, X))
 
     def transform(self, X: Any, mapping: Mapping = "task") -> np.ndarray:
-        """Aligned unit image embeddings (n, d), ``normalize(x̂ @ G + o)``: what :meth:`add` stores."""
+        """Aligned unit image embeddings (n, d), ``normalize(x̂ @ G + o)``: what an aligned corpus stores."""
         table = self.class_table_
         return table.query_map(mapping).align(_queries(table, X))
 

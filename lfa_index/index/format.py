@@ -5,19 +5,17 @@ estimator, plus the estimator's own state (``LFA.fitted_state`` / ``LFA.from_fit
 
 ``params.json``         ``index_format``; the constructor ``params`` (the ``lfa`` estimator's
                         parameters or null); ``label_space`` and ``class_names``; ``lfa``:
-                        ``{"params", "state"}`` of the fitted estimator; ``corpus``:
-                        ``{"mapping", "next_id"}`` or null; ``serving``:
+                        ``{"params", "state"}`` of the fitted estimator; ``serving``:
                         ``{"reject_below": τ or null, "encoders": {"document", "name"}}``, the
                         threshold and encoder SPECs kept with the index.
 ``arrays.safetensors``  ``lfa.<name>``: the estimator's fitted arrays; ``text_embeddings`` (C, d_txt),
                         ``is_new_class`` (C,), ``added_prototypes`` (prototypes of the classes added
-                        from text since the last fit), ``folded_task`` / ``folded_tt``, the support
-                        set, and the corpus's query map ``corpus_map_weights`` W and, when it has them,
-                        ``corpus_map_projection`` R / ``corpus_map_mean`` μ
-                        (a :class:`~lfa_index.core.query_map.QueryMap`).
-``corpus.faiss``        the aligned corpus (an ``IndexIDMap2``), when there is one.
+                        from text since the last fit), ``folded_task`` / ``folded_tt`` and the support set.
 
-An index of any other format is refused with :class:`~lfa_index.errors.IndexVersionError` (re-fit and re-save).
+An index holds no image corpus: an :class:`~lfa_index.AlignedCorpus` saves itself beside it
+(:mod:`~lfa_index.index.corpus_format`), and a directory that still holds a corpus section is refused
+with :class:`~lfa_index.errors.IndexFormatError`. An index of any other format is refused with
+:class:`~lfa_index.errors.IndexVersionError` (re-fit and re-save).
 The directory itself (manifest, checksums, atomic replace) is :mod:`lfa_index.persistence`'s.
 Every inconsistency found on load raises :class:`~lfa_index.errors.IndexFormatError` naming the file.
 """
@@ -29,22 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-import faiss
 import numpy as np
 
 from .. import persistence
-from ..arrays import MAPPINGS
 from ..core import LFA
 from ..core.query_map import QueryMap
-from ..core.validation import check_choice, check_stored_array, validate_params
+from ..core.validation import check_stored_array, validate_params
 from ..errors import IndexFormatError, IndexVersionError, InvalidParameterError, LFAIndexError
 from .classes import ClassTable, class_vectors, fitted_maps, group_masks
-from .corpus import ID_LIMIT
 from .labels import LabelSpace
 
 INDEX_FORMAT = 1
 KIND = "aligned-index"
-PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE = "params.json", "arrays.safetensors", "corpus.faiss"
+PARAMS_FILE, ARRAYS_FILE = "params.json", "arrays.safetensors"
 LFA_PREFIX = "lfa."
 NO_ENCODERS: dict[str, str | None] = {"document": None, "name": None}
 """``encoders_`` of an index that recorded none (the sides: rows, class names)."""
@@ -55,7 +50,7 @@ _FOLD_RTOL, _FOLD_ATOL = 1e-4, 1e-5
 class SavedIndex:
     """An index as read from disk, checked: what :meth:`AlignedIndex.load` restores."""
 
-    params: dict[str, Any]  # corpus_factory, corpus_params, corpus_mapping, lfa (an LFA or None)
+    params: dict[str, Any]  # lfa (an LFA or None)
     lfa: LFA
     labels: LabelSpace
     prototypes: np.ndarray
@@ -66,7 +61,6 @@ class SavedIndex:
     folded: dict[str, np.ndarray]
     support_embeddings: np.ndarray
     support_labels: np.ndarray | None
-    corpus: tuple[faiss.Index, np.ndarray, str, int, QueryMap] | None  # index, sorted ids, mapping, next_id, map
     reject_below: float | None = None
     encoders: dict[str, str | None] | None = None
 
@@ -74,8 +68,7 @@ class SavedIndex:
 # ------------------------------------------------------------------ writing
 def save_index(
     path: str | Path, *, params: dict[str, Any], lfa: LFA, table: ClassTable, support_embeddings: np.ndarray,
-    support_labels: np.ndarray | None, corpus: tuple[faiss.Index, dict[str, Any], QueryMap] | None,
-    serving: dict[str, Any] | None = None,
+    support_labels: np.ndarray | None, serving: dict[str, Any] | None = None,
 ) -> Path:
     """Write an index directory (format :data:`INDEX_FORMAT`) and return its path."""
     values, lfa_arrays = lfa.fitted_state()
@@ -88,24 +81,17 @@ def save_index(
     if support_labels is not None:
         arrays["support_labels"] = support_labels
     arrays.update({f"folded_{group.mapping}": group.folded for group in table.groups})
-    indexes, corpus_doc = {}, None
-    if corpus is not None:
-        indexes[CORPUS_FILE], corpus_doc, corpus_map = corpus
-        for part_name in ("weights", "projection", "mean"):
-            if getattr(corpus_map, part_name) is not None:
-                arrays[f"corpus_map_{part_name}"] = getattr(corpus_map, part_name)
     lfa_param = params["lfa"]
     doc = {
         "index_format": INDEX_FORMAT,
         "params": {**params, "lfa": None if lfa_param is None else jsonable(lfa_param.get_params(deep=False))},
         **table.labels.to_json(),
         "lfa": {"params": jsonable(lfa.get_params(deep=False)), "state": jsonable(values)},
-        "corpus": corpus_doc,
         "serving": jsonable(serving or {}),
     }
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     return persistence.write_index_dir(
-        path, kind=KIND, documents={PARAMS_FILE: doc}, arrays={ARRAYS_FILE: arrays}, faiss_indexes=indexes
+        path, kind=KIND, documents={PARAMS_FILE: doc}, arrays={ARRAYS_FILE: arrays}, faiss_indexes={}
     )
 
 
@@ -113,18 +99,19 @@ def save_index(
 def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
     """Read and check an index directory; ``device`` overrides the LFA's ``device``."""
     documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
-    params_file, arrays_file, corpus_file = (file_label(path, name) for name in (PARAMS_FILE, ARRAYS_FILE, CORPUS_FILE))
+    params_file, arrays_file = file_label(path, PARAMS_FILE), file_label(path, ARRAYS_FILE)
     with as_format_error(params_file):
         doc, arr = documents[PARAMS_FILE], arrays.get(ARRAYS_FILE, {})
-        _check_format(doc, params_file)
+        check_version(doc["index_format"], INDEX_FORMAT, params_file, "index")
+        _refuse_corpus(path, doc, indexes)
         lfa_params = {**doc["lfa"]["params"], **({} if device is None else {"device": device})}
         state = doc["lfa"]["state"]
-        params, corpus_doc = _params(doc["params"], device), doc["corpus"]
+        params = _params(doc["params"], device)
         for estimator in (LFA(**lfa_params), params["lfa"]):  # each within the estimator's own constraints
             if estimator is not None:
                 validate_params(estimator.get_params(deep=False), LFA._parameter_constraints, "LFA")
     with as_format_error(arrays_file):
-        _check_dtypes(arr)
+        check_dtypes(arr)
         lfa_arrays = {k[len(LFA_PREFIX):]: v for k, v in arr.items() if k.startswith(LFA_PREFIX)}
         lfa = LFA.from_fitted_state(lfa_params, state, lfa_arrays)  # checks the fitted state
         classes = _classes(arr, lfa)
@@ -140,21 +127,12 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
         _check_estimator_arrays(lfa, len(support))
     with as_format_error(params_file):
         labels = LabelSpace.from_json(doc, len(classes["text"]))
-    corpus = None
-    if corpus_doc is not None:
-        files = (params_file, arrays_file, corpus_file)
-        corpus = _corpus(corpus_doc, arr, indexes.get(CORPUS_FILE), lfa.n_features_in_, files)
     with as_format_error(params_file):
         reject_below, encoders = _serving(doc["serving"])
     return SavedIndex(
         params, lfa, labels, classes["prototypes"], classes["intercept"], classes["is_new"], classes["text"],
-        classes["maps"], classes["folded"], support, support_labels, corpus, reject_below, encoders,
+        classes["maps"], classes["folded"], support, support_labels, reject_below, encoders,
     )
-
-
-def corpus_ids(index: faiss.Index) -> np.ndarray:
-    """Sorted int64 ids held by a corpus ``IndexIDMap2``."""
-    return np.sort(faiss.vector_to_array(faiss.downcast_index(index).id_map)).astype(np.int64)
 
 
 # ------------------------------------------------------------------ errors
@@ -164,8 +142,9 @@ def file_label(path: str | Path, name: str) -> str:
 
 
 @contextmanager
-def as_format_error(file: str) -> Iterator[None]:
-    """Turn whatever reading ``file``'s contents raises into one :class:`IndexFormatError` naming it."""
+def as_format_error(file: str, writer: str = "AlignedIndex.save()", what: str = "index") -> Iterator[None]:
+    """Turn whatever reading ``file``'s contents raises into one :class:`IndexFormatError` naming it (and
+    the ``writer`` of such a ``what``)."""
     try:
         yield
     except IndexFormatError:
@@ -174,18 +153,32 @@ def as_format_error(file: str) -> Iterator[None]:
         problem = f"missing {err}" if isinstance(err, KeyError) else str(err) or type(err).__name__
         raise IndexFormatError(
             f"{file} has the right checksums but unexpected contents ({problem}); it was not written by "
-            "AlignedIndex.save() or was changed since: re-save the index."
+            f"{writer} or was changed since: re-save the {what}."
         ) from err
 
 
 # ------------------------------------------------------------------ checks
 def _params(saved: dict[str, Any], device: str | None) -> dict[str, Any]:
-    params = {name: saved[name] for name in ("corpus_factory", "corpus_params", "corpus_mapping")}
+    if set(saved) != {"lfa"}:
+        raise ValueError(f"params must hold only 'lfa', got {sorted(saved)}")
     lfa_params = saved["lfa"]
     if device is not None:
         lfa_params = {**(lfa_params or {}), "device": device}
-    params["lfa"] = None if lfa_params is None else LFA(**lfa_params)
-    return params
+    return {"lfa": None if lfa_params is None else LFA(**lfa_params)}
+
+
+def _refuse_corpus(path: str | Path, doc: dict[str, Any], indexes: dict[str, Any]) -> None:
+    """An index saved while indexes held an image corpus: refused, not upgraded (nothing was released)."""
+    found = [part for part, present in (
+        ("corpus.faiss", "corpus.faiss" in indexes), ("a 'corpus' entry", "corpus" in doc),
+        ("corpus_* parameters", any(name.startswith("corpus_") for name in doc.get("params") or {})),
+    ) if present]
+    if found:
+        raise IndexFormatError(
+            f"the index at {path} holds an aligned corpus section ({', '.join(found)}): indexes no longer keep image "
+            "corpora. Re-fit the index and re-save it with this lfa-index, then build the corpus with "
+            "AlignedCorpus(index).add(images) and save it beside the index (AlignedCorpus.save)."
+        )
 
 
 def _serving(doc: Any) -> tuple[float | None, dict[str, str | None]]:
@@ -203,14 +196,14 @@ def _serving(doc: Any) -> tuple[float | None, dict[str, str | None]]:
     return (None if tau is None else float(tau)), {**NO_ENCODERS, **encoders}
 
 
-def _check_format(doc: dict[str, Any], file: str) -> None:
-    version = doc["index_format"]
+def check_version(version: Any, expected: int, file: str, what: str, fix: str = "re-fit") -> None:
+    """Raise :class:`IndexVersionError` unless ``version`` (a ``what`` format number) is ``expected``."""
     if isinstance(version, bool) or not isinstance(version, int):
-        raise ValueError(f"index_format must be an integer, got {version!r}")
-    if version != INDEX_FORMAT:
+        raise ValueError(f"{what}_format must be an integer, got {version!r}")
+    if version != expected:
         raise IndexVersionError(
-            f"{file} was written with index format {version}, but this library reads only format {INDEX_FORMAT}: "
-            "re-fit the index and re-save it with this lfa-index."
+            f"{file} was written with {what} format {version}, but this library reads only format {expected}: "
+            f"{fix} the {what} and re-save it with this lfa-index."
         )
 
 
@@ -231,41 +224,7 @@ def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:
     return dict(text=text, is_new=is_new, prototypes=prototypes, intercept=intercept, maps=maps, folded=folded)
 
 
-def _corpus(
-    doc: dict[str, Any], arrays: dict[str, np.ndarray], index: faiss.Index | None, n_features: int,
-    files: tuple[str, str, str],
-) -> tuple[faiss.Index, np.ndarray, str, int, QueryMap]:
-    params_file, arrays_file, corpus_file = files
-    with as_format_error(params_file):
-        mapping, next_id = doc["mapping"], doc["next_id"]
-        check_choice(mapping, "corpus mapping", MAPPINGS)
-    with as_format_error(arrays_file):
-        query_map = _corpus_map(arrays, n_features)
-    with as_format_error(corpus_file):
-        index, ids = _corpus_index(index, query_map.n_features_out)
-    with as_format_error(params_file):
-        if isinstance(next_id, bool) or not isinstance(next_id, int) or not 0 <= next_id <= ID_LIMIT:
-            raise ValueError(f"corpus next_id must be an integer in 0..2**63, got {next_id!r}")
-        if len(ids) and next_id <= ids[-1]:
-            raise ValueError(f"corpus next_id {next_id} is not above the largest id held ({ids[-1]})")
-    return index, ids, mapping, next_id, query_map
-
-
-def _corpus_map(arrays: dict[str, np.ndarray], n_features: int) -> QueryMap:
-    """The corpus's saved query map, checked: W (d, d_out), R (d, d_in) if any, μ (d,) if any."""
-    weights = check_stored_array(arrays["corpus_map_weights"], "corpus_map_weights", ndim=2)
-    projection = mean = None
-    if "corpus_map_projection" in arrays:
-        projection = check_stored_array(arrays["corpus_map_projection"], "corpus_map_projection",
-                                        shape=(weights.shape[0], n_features))
-    elif weights.shape[0] != n_features:
-        raise ValueError(f"corpus_map_weights has {weights.shape[0]} rows for {n_features}-d images")
-    if "corpus_map_mean" in arrays:
-        mean = check_stored_array(arrays["corpus_map_mean"], "corpus_map_mean", shape=(weights.shape[0],))
-    return QueryMap(weights, projection, mean)
-
-
-def _check_dtypes(arrays: dict[str, np.ndarray]) -> None:
+def check_dtypes(arrays: dict[str, np.ndarray]) -> None:
     for name, value in arrays.items():
         if value.dtype.kind not in "biuf":
             raise ValueError(f"array {name!r} has dtype {value.dtype}, not a number type")
@@ -299,21 +258,6 @@ def _check_folded(
             raise ValueError(f"array 'folded_{mapping}' does not match the prototypes folded with the saved maps")
         folded[mapping] = saved
     return folded
-
-
-def _corpus_index(index: faiss.Index | None, dim: int) -> tuple[faiss.Index, np.ndarray]:
-    if index is None:
-        raise ValueError(f"{CORPUS_FILE} is missing although params.json describes a corpus")
-    downcast = faiss.downcast_index(index)
-    if not hasattr(downcast, "id_map") or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        raise ValueError(
-            f"the corpus must be an inner-product IndexIDMap2 of {dim}-d vectors, got a {type(downcast).__name__} "
-            f"of {index.d}-d vectors"
-        )
-    ids = corpus_ids(index)
-    if len(ids) != index.ntotal or (len(ids) and ids[0] < 0) or (np.diff(ids) == 0).any():
-        raise ValueError("the corpus ids are not one distinct non-negative id per vector")
-    return index, ids
 
 
 def jsonable(value: Any) -> Any:

@@ -5,7 +5,7 @@ Spaces
 ``"raw"``      documents are the document-side model's raw embeddings (what an existing store
                already holds); a text query ``y`` becomes ``t Gᵀ``, its aligned embedding
                ``t = index.transform_text(y)`` mapped back by the query map G. Ranking raw unit
-               documents by it is the candidate step of :meth:`AlignedIndex.search_unaligned`;
+               documents by it is the candidate step of :func:`lfa_index.stores.search_unaligned`;
                :meth:`AlignedEmbedder.rerank` re-ranks candidates exactly, with the same function.
 ``"aligned"``  documents are ``index.transform(x)`` and queries ``t``: a store that ranks by
                cosine or inner product then returns the exact aligned top-k (re-index needed).
@@ -64,8 +64,8 @@ class AlignedEmbedder:
         documents; a store already filled with raw embeddings can be queried without it.
     space : {"raw", "aligned"}, default="raw"
         What document vectors are (see the module docstring).
-    mapping : {"task", "tt", "average"} or None, default=None
-        Query map; None uses ``index.corpus_mapping`` (as ``search_unaligned``).
+    mapping : {"task", "tt", "average"}, default="task"
+        The index's map that aligns documents (as in ``search_unaligned``).
     """
 
     def __init__(
@@ -76,7 +76,7 @@ class AlignedEmbedder:
         *,
         space: Space = "raw",
         document_modality: Literal["text", "image"] = "image",
-        mapping: str | None = None,
+        mapping: str = "task",
     ):
         if not isinstance(index, AlignedIndex):
             raise InvalidParameterError(f"index must be a fitted AlignedIndex, got {type(index).__name__}.")
@@ -84,8 +84,7 @@ class AlignedEmbedder:
         check_choice(document_modality, "document_modality", ("text", "image"))
         self.index = index
         self.space = space
-        self.mapping = index.corpus_mapping if mapping is None else mapping
-        check_choice(self.mapping, "mapping", MAPPINGS)
+        self.mapping = check_choice(mapping, "mapping", MAPPINGS)
         self._query_map = index.class_table_.query_map(self.mapping)  # also checks that the index is fitted
         self._queries = embed_function(query_embedder, "text", "query_embedder", query=True)
         self._documents = (

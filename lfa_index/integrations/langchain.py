@@ -4,7 +4,7 @@
 document-side model (the raw embeddings an existing store already holds); queries by the text
 model, mapped into the document space with the AlignedIndex's query map, so a store built for
 one model answers text queries through the few-shot alignment. :func:`search_aligned_documents`
-re-ranks a store's candidates exactly (as :meth:`AlignedIndex.search_unaligned`);
+re-ranks a store's candidates exactly (as :func:`lfa_index.stores.search_unaligned`);
 :func:`classify_documents` labels documents with the folded class prototypes.
 
 Example
@@ -57,8 +57,8 @@ class LFAEmbeddings(_embeddings.Embeddings):
         aligned ranking.
     document_modality : {"image", "text"}, default="image"
         Which method of an lfa-index EmbeddingSource embeds documents.
-    mapping : {"task", "tt", "average"} or None, default=None
-        Query map (None: ``index.corpus_mapping``).
+    mapping : {"task", "tt", "average"}, default="task"
+        The index's map that aligns documents.
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class LFAEmbeddings(_embeddings.Embeddings):
         *,
         space: Space = "raw",
         document_modality: Literal["text", "image"] = "image",
-        mapping: str | None = None,
+        mapping: str = "task",
     ):
         self.aligner = AlignedEmbedder(
             index, query_embedder, document_embedder, space=space, document_modality=document_modality, mapping=mapping
@@ -92,7 +92,7 @@ def search_aligned_documents(
     Fetches ``k · overfetch`` candidates with ``similarity_search_by_vector`` (``search_kwargs``,
     e.g. ``filter``, are passed on), re-embeds their ``page_content`` with the document side and
     re-ranks them by aligned cosine. On a store of unit-norm raw embeddings this equals
-    ``index.search_unaligned(raw_index, y, k, overfetch=overfetch)``.
+    ``search_unaligned(index, raw_store, y, k, overfetch=overfetch)``.
     """
     k = check_number(k, "k", low=1, integer=True)
     overfetch = check_number(overfetch, "overfetch", low=1, integer=True)

@@ -56,7 +56,7 @@ class LFAEmbedding(_embeddings.BaseEmbedding):
         *,
         space: Space = "raw",
         document_modality: Literal["text", "image"] = "image",
-        mapping: str | None = None,
+        mapping: str = "task",
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -106,7 +106,7 @@ def retrieve_aligned(
 
     Retrieves ``k · overfetch`` candidates (``retriever_kwargs``, e.g. ``filters``, go to
     ``as_retriever``), re-embeds their content with the document side and re-ranks them. Over
-    unit-norm raw embeddings this equals ``index.search_unaligned(raw_index, y, k, overfetch=overfetch)``.
+    unit-norm raw embeddings this equals ``search_unaligned(index, raw_store, y, k, overfetch=overfetch)``.
     """
     k = check_number(k, "k", low=1, integer=True)
     overfetch = check_number(overfetch, "overfetch", low=1, integer=True)

@@ -8,7 +8,8 @@ one more coordinate and the queries are ``index.prepare_queries(x)``; the search
 Corpora: either the store holds aligned images ``index.transform(x)`` and is searched with aligned
 text (:func:`add_aligned` / :func:`search_aligned`, exact on a flat index), or it holds raw
 images and the text query is mapped back, ``y Gᵀ``, with an exact re-rank of ``k · overfetch``
-candidates (:func:`search_unaligned`, as :meth:`AlignedIndex.search_unaligned`). Both sides call
+candidates (:func:`search_unaligned`; a FAISS index of raw images is searched as a
+:class:`~lfa_index.stores.FaissStore`). Both sides call
 the index's :class:`~lfa_index.core.query_map.QueryMap` and the same functions of
 :mod:`lfa_index.index.folding` for the folded ranking and the exact re-rank.
 
@@ -29,7 +30,6 @@ import numpy as np
 
 from ..arrays import CHUNK_ROWS
 from ..arrays import Mapping as MapName
-from ..core.query_map import QueryMap
 from ..core.validation import check_ids, check_number, check_query_matrix
 from ..errors import EmptyIndexError, InvalidInputError, SchemaError, ShapeError
 from ..index import AlignedIndex
@@ -209,12 +209,12 @@ def add_aligned(
     ids: Any,
     *,
     fields: Mapping[str, Sequence[Any]] | None = None,
-    mapping: MapName | None = None,
+    mapping: MapName = "task",
 ) -> VectorStore:
     """Add images to a re-indexed corpus: the store receives ``normalize(x G)`` (n, d).
 
-    ``mapping`` defaults to ``index.corpus_mapping``; use the same one in :func:`search_aligned`.
-    Images added before a refit keep the old map (re-add them). Returns the store.
+    ``mapping`` names the index's map (W, W_tt or their mean). Images added before a refit keep the
+    old map (re-add them). Returns the store.
 
     Example
     -------
@@ -222,7 +222,7 @@ def add_aligned(
     """
     x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
     ids = check_ids(ids, len(x))
-    mapping, query_map = _corpus_map(index, mapping)
+    query_map = index.class_table_.query_map(mapping)
     check_store(store, query_map.n_features_out, "aligned embeddings (the aligned space's dimension)")
     for start in range(0, len(x), CHUNK_ROWS):
         stop = start + CHUNK_ROWS
@@ -236,7 +236,7 @@ def search_aligned(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Text -> image search in a corpus filled by :func:`add_aligned`: ``(scores, ids)``, (n, k), best first.
 
-    Exact on a flat index; equals ``index.search_text`` over the same images.
+    Exact on a flat index; equals ``AlignedCorpus(index).add(images).search_text`` over the same images.
     """
     k = check_number(k, "k", low=1, integer=True)
     queries = index.transform_text(text_emb)
@@ -251,14 +251,14 @@ def search_unaligned(
     k: int = 10,
     *,
     overfetch: int = 10,
-    mapping: MapName | None = None,
+    mapping: MapName = "task",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Text -> image search in a store of RAW image embeddings, with no re-indexing.
 
     The aligned text query is mapped back (``y Gᵀ``), ``k · overfetch`` candidates are fetched and
     re-ranked exactly by aligned cosine with their stored vectors. Returns ``(scores, ids)``, each
     (n, k), best first; unfilled slots are id -1, score -inf. Recall against the exact aligned
-    top-k grows with ``overfetch``.
+    top-k grows with ``overfetch``. ``mapping`` names the index's map that aligns the images.
 
     Example
     -------
@@ -267,7 +267,7 @@ def search_unaligned(
     k = check_number(k, "k", low=1, integer=True)
     check_number(overfetch, "overfetch", low=1, integer=True)
     queries = index.transform_text(text_emb)
-    mapping, query_map = _corpus_map(index, mapping)
+    query_map = index.class_table_.query_map(mapping)
     check_store(store, index.n_features_in_, "raw image embeddings (the image embedding dimension)")
     held = store.count()
     if held == 0:
@@ -307,9 +307,3 @@ def support_from_store(
             f"field {label_field!r} of {store.location} must hold class names (str) or class indices (int)."
         )
     return np.concatenate(vectors)[order], values
-
-
-# ------------------------------------------------------------------------------ helpers
-def _corpus_map(index: AlignedIndex, mapping: str | None) -> tuple[str, QueryMap]:
-    mapping = index.corpus_mapping if mapping is None else mapping
-    return mapping, index.class_table_.query_map(mapping)

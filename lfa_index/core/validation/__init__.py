@@ -29,11 +29,11 @@ from .params import (
     options,
     validate_params,
 )
-from .queries import check_more_support, check_query_matrix, check_raw_rows, check_text_matrix
+from .queries import check_more_support, check_query_matrix, check_text_matrix
 
 __all__ = [
     "BOOLEAN", "ArrayLike", "Interval", "Options", "StrOptions", "as_real_array", "check_array", "check_choice",
     "check_embeddings", "check_ids", "check_labels", "check_more_support", "check_number", "check_param",
-    "check_query_matrix", "check_raw_rows", "check_stored_array", "check_text_matrix",
+    "check_query_matrix", "check_stored_array", "check_text_matrix",
     "options", "validate_params", "weighted_accuracy",
 ]

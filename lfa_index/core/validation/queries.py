@@ -92,19 +92,3 @@ def check_more_support(img_emb: Any, labels: Any, seen: np.ndarray, seen_labels:
             "labels otherwise."
         )
     return support
-
-
-def check_raw_rows(vectors: Any, *, dim: int) -> np.ndarray:
-    """Raw embeddings to re-rank from, (n, ``dim``), row i = id i: the shape is checked here (no copy of
-    a numpy array); the values of the rows a search gathers are checked as queries are."""
-    arr = as_real_array(vectors, "vectors")
-    if arr.ndim != 2:
-        raise ShapeError(f"vectors must be a 2-D (n, {dim}) array of raw embeddings, got shape {arr.shape}.")
-    if arr.shape[1] != dim:
-        raise DimensionMismatchError(
-            f"vectors has {arr.shape[1]} dimensions but the index aligns {dim}-d image embeddings; "
-            "pass the raw embeddings of the same image model."
-        )
-    return arr
-
-
