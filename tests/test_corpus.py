@@ -3,11 +3,11 @@ when it is built; saved beside the index in the safe format; every bad input a t
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import pickle
 import re
 import tempfile
-import threading
 from pathlib import Path
 
 import faiss
@@ -53,8 +53,7 @@ def task():
 
 @pytest.fixture(scope="module")
 def fitted(task):
-    support, labels, text, _, _ = task
-    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    return AlignedIndex(lfa=LFA(**OPTIONS)).fit(*task[:3])
 
 
 @pytest.fixture(scope="module")
@@ -155,25 +154,13 @@ def test_concurrent_searches_give_the_sequential_answers(fitted, task, images):
     corpus = AlignedCorpus(fitted).add(images)
     chunks = np.array_split(task[3], 4)
     calls = {"text": lambda i: corpus.search_text(task[2][i:i + 3], 5), "image": lambda i: corpus.search(chunks[i], 5)}
-    expected = {(name, i): call(i) for name, call in calls.items() for i in range(4)}
-    errors, mismatches = [], []
-
-    def worker(offset):
-        try:
-            for step in range(8):
-                for name, call in calls.items():
-                    i = (offset + step) % 4
-                    if not all(np.array_equal(g, e) for g, e in zip(call(i), expected[(name, i)])):
-                        mismatches.append((name, i))
-        except Exception as err:  # surfaced below
-            errors.append(err)
-
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and not mismatches
+    jobs = [(name, i) for _ in range(8) for name in calls for i in range(4)]
+    expected = {job: calls[job[0]](job[1]) for job in set(jobs)}
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda job: calls[job[0]](job[1]), jobs))  # raises what a worker raised
+    for job, (scores, ids) in zip(jobs, answers):
+        np.testing.assert_array_equal(ids, expected[job][1])
+        np.testing.assert_array_equal(scores, expected[job][0])
 
 
 @pytest.mark.skipif(not faiss_gpu_available(), reason="needs faiss-gpu and a GPU")
@@ -420,8 +407,9 @@ def saved(fitted, images, tmp_path):
 
 
 def read(path):
+    """The saved corpus's JSON document, arrays (copies) and FAISS indexes."""
     documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
-    return documents["corpus.json"], dict(arrays["maps.safetensors"]), indexes
+    return documents["corpus.json"], {k: v.copy() for k, v in arrays["maps.safetensors"].items()}, indexes
 
 
 def rewrite(path, doc, arrays, indexes):
@@ -432,8 +420,9 @@ def rewrite(path, doc, arrays, indexes):
 
 @pytest.mark.parametrize("version", [CORPUS_FORMAT + 1, 0])
 def test_another_corpus_format_is_refused_with_how_to_fix_it(saved, version):
-    doc, arrays, indexes = read(saved)
-    rewrite(saved, {**doc, "corpus_format": version}, arrays, indexes)
+    parts = read(saved)
+    parts[0]["corpus_format"] = version
+    rewrite(saved, *parts)
     with pytest.raises(IndexVersionError, match=f"corpus format {version}.*rebuild the corpus and re-save it"):
         AlignedCorpus.load(saved)
 
@@ -475,10 +464,9 @@ TAMPERED = {
 @pytest.mark.parametrize("change", TAMPERED, ids=list(TAMPERED))
 def test_tampered_contents_with_matching_checksums_raise_a_format_error_naming_the_file(saved, change):
     mutate, file = TAMPERED[change]
-    doc, arrays, indexes = read(saved)
-    arrays = {name: value.copy() for name, value in arrays.items()}
-    mutate(doc, arrays, indexes)
-    rewrite(saved, doc, arrays, indexes)
+    parts = read(saved)
+    mutate(*parts)
+    rewrite(saved, *parts)
     with pytest.raises(IndexFormatError, match=re.escape(f"{file} of the corpus at")) as caught:
         AlignedCorpus.load(saved)
     assert type(caught.value) is IndexFormatError and "re-save the corpus" in str(caught.value)
@@ -492,12 +480,17 @@ def damage_source(named, images):
     return AlignedCorpus(index, mapping="tt").add(images[:40], ids=np.arange(40) * 3), text[:3]
 
 
-def same_or_refused(root: Path, corpus: AlignedCorpus, text: np.ndarray, images: np.ndarray) -> None:
-    """A damaged corpus is refused with IndexFormatError, or loads and answers as the one saved."""
-    try:
-        loaded = AlignedCorpus.load(root)
-    except IndexFormatError:
-        return
+def damaged_then_loaded(damage_source, images, change) -> None:
+    """Save the corpus, ``change(root)`` it: it must be refused with IndexFormatError, or load and answer
+    as the one saved."""
+    corpus, text = damage_source
+    with tempfile.TemporaryDirectory() as folder:
+        root = corpus.save(Path(folder) / "corpus")
+        change(root)
+        try:
+            loaded = AlignedCorpus.load(root)
+        except IndexFormatError:
+            return
     for got, expected in zip(corpus_answers(loaded, text, images), corpus_answers(corpus, text, images)):
         np.testing.assert_array_equal(got, expected)
 
@@ -505,42 +498,37 @@ def same_or_refused(root: Path, corpus: AlignedCorpus, text: np.ndarray, images:
 @cases(40)
 @given(how=st.sampled_from(ARRAY_DAMAGE), data=st.data())
 def test_a_damaged_map_with_valid_checksums_is_refused_or_changes_nothing(damage_source, images, how, data):
-    corpus, text = damage_source
-    with tempfile.TemporaryDirectory() as folder:
-        root = corpus.save(Path(folder) / "corpus")
-        files = data_dir(root)
-        arrays = load_file(str(files / "maps.safetensors"))
+    def change(root: Path) -> None:
+        arrays = load_file(str(data_dir(root) / "maps.safetensors"))
         key = data.draw(st.sampled_from(sorted(arrays)))
         new = damaged(arrays[key], how)
         if new is None:
             del arrays[key]
         else:
             arrays[key] = np.ascontiguousarray(new)
-        save_file(arrays, str(Path(folder) / "scratch.safetensors"))
-        rewrite_with_checksums(root, "maps.safetensors", (Path(folder) / "scratch.safetensors").read_bytes())
-        same_or_refused(root, corpus, text, images)
+        save_file(arrays, str(root.parent / "scratch.safetensors"))
+        rewrite_with_checksums(root, "maps.safetensors", (root.parent / "scratch.safetensors").read_bytes())
+
+    damaged_then_loaded(damage_source, images, change)
 
 
 @cases(40)
 @given(data=st.data())
 def test_a_damaged_corpus_json_is_refused_or_changes_nothing(damage_source, images, data):
-    corpus, text = damage_source
-    with tempfile.TemporaryDirectory() as folder:
-        root = corpus.save(Path(folder) / "corpus")
+    def change(root: Path) -> None:
         doc = json.loads((data_dir(root) / "corpus.json").read_text())
-        path = list(data.draw(st.sampled_from(leaves(doc))))
-        rewrite_with_checksums(root, "corpus.json", json.dumps(mutate_json(doc, path, data.draw(JSON_VALUES))).encode())
-        same_or_refused(root, corpus, text, images)
+        doc = mutate_json(doc, list(data.draw(st.sampled_from(leaves(doc)))), data.draw(JSON_VALUES))
+        rewrite_with_checksums(root, "corpus.json", json.dumps(doc).encode())
+
+    damaged_then_loaded(damage_source, images, change)
 
 
 @cases(40)
 @given(data=st.data())
 def test_any_flipped_or_cut_byte_is_refused_or_changes_nothing(damage_source, images, data):
-    corpus, text = damage_source
-    with tempfile.TemporaryDirectory() as folder:
-        root = corpus.save(Path(folder) / "corpus")
-        target = data.draw(st.sampled_from(sorted(p for p in root.rglob("*") if p.is_file()
-                                                  and p.name != ".lfa-index.lock")))
+    def change(root: Path) -> None:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != ".lfa-index.lock")
+        target = data.draw(st.sampled_from(files))
         raw = bytearray(target.read_bytes())
         at = int(data.draw(st.floats(0, 1, exclude_max=True)) * len(raw))
         if data.draw(st.booleans()) and raw:
@@ -548,4 +536,5 @@ def test_any_flipped_or_cut_byte_is_refused_or_changes_nothing(damage_source, im
         else:
             raw = raw[:at]
         target.write_bytes(bytes(raw))
-        same_or_refused(root, corpus, text, images)
+
+    damaged_then_loaded(damage_source, images, change)
