@@ -37,7 +37,7 @@ def setting(bench, tmp_path_factory):
     task = bench.load_task(None, shots=16, seed=0, eval_rows=EVAL_ROWS)
     indexes = bench.fit_classifiers(task, steps=30, beta=0.15)
     workdir = tmp_path_factory.mktemp("stores_real")
-    references = {kind: bench.reference_search(ix, task["eval"], task["ids"], task["text_queries"], workdir, kind)
+    references = {kind: bench.reference_search(ix, task["eval"], task["ids"], task["text_queries"])
                   for kind, ix in indexes.items()}
     return task, indexes, references, workdir
 
