@@ -25,7 +25,7 @@ def index():
     """Named classes, class biases and centring (every option on), two classes added from text, a corpus."""
     support, labels, text, _, _, corpus = make_task()
     ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    ix.add_classes(text[10:], names=["new a", "new b"])
+    ix.add_classes(text[10:], class_names=["new a", "new b"])
     return ix.add(corpus, ids=np.arange(len(corpus)) * 3 + 1)
 
 

@@ -46,7 +46,7 @@ def index(data):
     support, labels, text, _, corpus = data
     ix = AlignedIndex(lfa=LFA(**OPTIONS), corpus_factory="IVF8,Flat", corpus_params="nprobe=4")
     ix.fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    ix.add_classes(text[10:], names=["new a", "new b"])
+    ix.add_classes(text[10:], class_names=["new a", "new b"])
     return ix.add(corpus, ids=np.arange(len(corpus)) * 3 + 1)
 
 
