@@ -35,8 +35,8 @@ def accuracy_by_mix(set_name: str, shots: int, seed: int, root: Path | None = No
     lfa = LFA(random_state=seed, prototype_mix=1.0, center=False, refine_prototypes=False, mapping="task")
     lfa.fit(x, y, data.prototypes)
     text = torch.as_tensor(lfa.text_prototypes_)
-    support = support_prototypes(lfa._mapped(x, "task"), torch.as_tensor(y), text.shape[0], "discriminant")
-    queries = lfa._mapped(data.eval_features, "task")
+    support = support_prototypes(lfa.query_map("task").mapped(x), torch.as_tensor(y), text.shape[0], "discriminant")
+    queries = lfa.query_map("task").mapped(data.eval_features)
     out = []
     for mix in MIX_GRID:
         prototypes, bias = hybrid_prototypes(text, *support, mix)
