@@ -57,8 +57,8 @@ def _spread(scores: np.ndarray) -> float:
 def blend_accuracies(model: LFA, X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, y_eval: np.ndarray
                      ) -> dict[str, float]:
     """Eval accuracy (%) of every weight ω, and of raw-space GDA as the partner at ω = ½."""
-    z = model._mapped(X, "task")  # the aligned support rows, as the fit saw them (no public accessor)
-    z_eval = model._mapped(X_eval, "task")
+    task_map = model.query_map("task")  # the aligned support rows, as the fit saw them
+    z, z_eval = task_map.mapped(X), task_map.mapped(X_eval)
     labels = torch.as_tensor(np.searchsorted(model.classes_, y))
     truth = np.searchsorted(model.classes_, y_eval)
     base = torch.as_tensor(model.text_prototypes_, dtype=torch.float64)

@@ -34,9 +34,10 @@ def accuracy_by_mix(set_name: str, shots: int, seed: int, root: Path | None = No
     x, y = data.pool_features[idx], data.pool_labels[idx]
     lfa = LFA(random_state=seed, prototype_mix=1.0, center=False, refine_prototypes=False, mapping="task")
     lfa.fit(x, y, data.prototypes)
-    text = torch.as_tensor(lfa.text_prototypes_)
-    support = support_prototypes(lfa._mapped(x, "task"), torch.as_tensor(y), text.shape[0], "discriminant")
-    queries = lfa._mapped(data.eval_features, "task")
+    task_map = lfa.query_map("task")  # aligned rows in float64, as the fit's selection sees them
+    text = torch.as_tensor(lfa.text_prototypes_, dtype=torch.float64)
+    support = support_prototypes(torch.as_tensor(task_map.mapped(x)), torch.as_tensor(y), text.shape[0], "discriminant")
+    queries = torch.as_tensor(task_map.mapped(data.eval_features))
     out = []
     for mix in MIX_GRID:
         prototypes, bias = hybrid_prototypes(text, *support, mix)

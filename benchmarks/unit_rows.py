@@ -42,7 +42,7 @@ so the held-out evidence judges the classifier that the variant serves."""
 
 def unit_row_accuracy(model: LFA, X: np.ndarray, labels: np.ndarray) -> float:
     """Top-1 accuracy (%) of ``ẑ·q + b``, ẑ the unit aligned rows of the fitted task map."""
-    z = l2_normalize(model._mapped(X, "task"))
+    z = l2_normalize(model.query_map("task").mapped(X))
     scores = z @ np.asarray(model.prototypes_, dtype=np.float64).T + np.asarray(model.intercept_, dtype=np.float64)
     return 100 * float(np.mean(np.asarray(model.classes_)[scores.argmax(axis=1)] == labels))
 

@@ -53,7 +53,7 @@ def test_two_mappings_are_exposed_and_usable(planted):
     for mapping in ("task", "tt", "average"):
         assert lfa.predict(xt, mapping=mapping).shape == (len(xt),)
     # prototypes of other classes can be scored with either map
-    scores = lfa.decision_function(xt, mapping="tt", prototypes=protos[:3])
+    scores = lfa.decision_function(xt, mapping="tt", text_emb=protos[:3])
     assert scores.shape == (len(xt), 3)
 
 
@@ -124,8 +124,8 @@ def test_a_fit_that_raises_leaves_a_fitted_estimator_as_it_was(planted):
     before, W = lfa.predict(xt), lfa.W_.copy()
     with pytest.raises(DimensionMismatchError):
         lfa.set_params(projection=False).fit(x, y, p[:, :10])
-    with pytest.raises(LabelError, match="classes must name each"):
-        lfa.set_params(projection="auto").fit(x, None, p, classes=[1, 2])
+    with pytest.raises(LabelError, match="class_names must name each"):
+        lfa.set_params(projection="auto").fit(x, None, p, class_names=[1, 2])
     np.testing.assert_array_equal(lfa.W_, W)
     np.testing.assert_array_equal(lfa.predict(xt), before)
 

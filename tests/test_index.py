@@ -127,6 +127,19 @@ def test_string_labels_come_back_as_names(task):
     assert index.search(queries, 3)[1][0, 0] in names
 
 
+def test_the_lfa_is_fitted_on_the_index_labels_and_answers_in_its_classes(task):
+    support, labels, text, queries, _ = task
+    names = np.array([f"class {i}" for i in range(len(text))])
+    by_name = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, names[labels], text, class_names=names)
+    by_index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support, labels, text)
+    np.testing.assert_array_equal(by_name.lfa_.classes_, by_name.classes_)
+    np.testing.assert_array_equal(by_index.lfa_.classes_, np.arange(len(text)))
+    np.testing.assert_array_equal(by_name.lfa_.predict(queries), by_name.predict(queries))
+    np.testing.assert_array_equal(by_name.lfa_.W_, by_index.lfa_.W_)  # the same codes reach the solver
+    by_name.add_classes(text[:1] + 0.1, ["added"]).partial_fit(support[:4], names[labels[:4]])
+    np.testing.assert_array_equal(by_name.lfa_.classes_, by_name.classes_)  # added classes join at the refit
+
+
 def test_integer_labels_come_back_as_integers_even_with_names(task):
     support, labels, text, queries, _ = task
     names = [f"class {i}" for i in range(len(text))]
@@ -188,7 +201,7 @@ def test_added_classes_take_names_when_the_index_has_names(task):
     names = [f"c{i}" for i in range(len(text))]
     seen = labels < 8
     index = AlignedIndex(lfa=LFA(**OPTIONS)).fit(support[seen], np.array(names)[labels[seen]], text[:8], names[:8])
-    index.add_classes(text[8:], names=names[8:])
+    index.add_classes(text[8:], class_names=names[8:])
     assert list(index.classes_) == names
     assert index.predict(text[9:10] @ np.eye(32, dtype=np.float32))[0] in names
 

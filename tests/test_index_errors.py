@@ -132,9 +132,9 @@ def test_add_classes_needs_new_distinct_names(index, data):
     with pytest.raises(InvalidParameterError, match="names are required"):
         index.add_classes(data[2][:1])
     with pytest.raises(LabelError, match="already exist"):
-        index.add_classes(data[2][:1], names=["class 0"])
+        index.add_classes(data[2][:1], class_names=["class 0"])
     with pytest.raises(DimensionMismatchError, match="same text model"):
-        index.add_classes(np.ones((1, 8), dtype=np.float32), names=["new"])
+        index.add_classes(np.ones((1, 8), dtype=np.float32), class_names=["new"])
 
 
 def test_use_before_fit():

@@ -26,7 +26,7 @@ def index():
     """Named classes, class biases and centring (every option on), two classes added from text."""
     support, labels, text, _, _, _ = make_task()
     ix = AlignedIndex(lfa=LFA(**ALL_ON)).fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    return ix.add_classes(text[10:], names=["new a", "new b"])
+    return ix.add_classes(text[10:], class_names=["new a", "new b"])
 
 
 @pytest.fixture()

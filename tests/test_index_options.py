@@ -57,7 +57,7 @@ def test_an_index_with_biases_and_centring_answers_like_its_estimator(task, inde
     base = LFA(**ALL_ON).fit(support, labels, text[:10])
     np.testing.assert_allclose(index.decision_function(queries)[:, :10], base.decision_function(queries), atol=1e-5)
     expected = np.concatenate(
-        [lfa.decision_function(queries), lfa.decision_function(queries, mapping="tt", prototypes=text[10:])], axis=1
+        [lfa.decision_function(queries), lfa.decision_function(queries, mapping="tt", text_emb=text[10:])], axis=1
     )
     np.testing.assert_allclose(index.decision_function(queries), expected, atol=1e-5)
     top = np.argsort(-expected, axis=1, kind="stable")[:, :5]

@@ -47,7 +47,7 @@ def index(data):
     support, labels, text, _ = data
     ix = AlignedIndex(lfa=LFA(**OPTIONS))
     ix.fit(support, np.array(NAMES)[labels], text[:10], class_names=NAMES)
-    return ix.add_classes(text[10:], names=["new a", "new b"])
+    return ix.add_classes(text[10:], class_names=["new a", "new b"])
 
 
 def answers(ix, data):

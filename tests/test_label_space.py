@@ -56,7 +56,7 @@ def test_extend_appends_classes_with_new_names_only():
         space.extend(1, ["cat"])
     with pytest.raises(InvalidParameterError, match="names are required"):
         space.extend(1)
-    with pytest.raises(InvalidParameterError, match="names=None"):
+    with pytest.raises(InvalidParameterError, match="class_names=None"):
         LabelSpace("index", 3).extend(1, ["zebra"])
     assert LabelSpace("index", 3).extend(2).classes.tolist() == [0, 1, 2, 3, 4]
 

@@ -300,7 +300,7 @@ def fit_problems(draw: Any) -> dict[str, Any]:
         dtype = "float32"  # float16 cannot hold them: covered by the query suite
     support = lay_out(convert(support, dtype), draw(st.sampled_from(("c", "fortran", "strided", "readonly"))))
     text = lay_out(convert(text, dtype), draw(st.sampled_from(("c", "reversed"))))
-    return dict(img_emb=support, labels=given_labels, text_emb=text, class_names=names, valid=valid,
+    return dict(X=support, y=given_labels, text_emb=text, class_names=names, valid=valid,
                 dim=d_img, n_classes=n_classes, views=views)
 
 
@@ -315,10 +315,10 @@ def estimators() -> st.SearchStrategy[LFA]:
 @cases(200)
 @given(case=fit_problems(), lfa=estimators())
 def test_fit_gets_a_typed_error_or_an_index_that_answers_correctly(case, lfa):
-    inputs = {k: case[k] for k in ("img_emb", "labels", "text_emb", "class_names")}
+    inputs = {k: case[k] for k in ("X", "y", "text_emb", "class_names")}
     before = {k: snapshot(v) for k, v in inputs.items()}
-    valid = case["valid"] and not (case["labels"] is None and lfa.center is True)  # options that need labels
-    if case["labels"] is None:
+    valid = case["valid"] and not (case["y"] is None and lfa.center is True)  # options that need labels
+    if case["y"] is None:
         lfa.set_params(n_rounds=1, sinkhorn_reg=0.1)  # one quick U-LFA round
     try:
         index = AlignedIndex(lfa=lfa).fit(**inputs)
@@ -330,7 +330,7 @@ def test_fit_gets_a_typed_error_or_an_index_that_answers_correctly(case, lfa):
         assert valid, "an unusable support set was accepted"
         expected = NAMES[: case["n_classes"]] if case["class_names"] else list(range(case["n_classes"]))
         assert index.classes_.tolist() == expected
-        support = as_float64(case["img_emb"])
+        support = as_float64(case["X"])
         assert_answers(index, support[:, 0] if case["views"] else support)
     for name, value in inputs.items():
         assert_unchanged(value, before[name])

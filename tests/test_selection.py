@@ -346,7 +346,7 @@ def test_the_default_serves_its_held_out_choice_averaged_with_the_discriminant_a
     w = auto.discriminant_weight_
     assert auto.selection_["how"] == "held-out" and 0 < w < 1
     # rebuild the served vectors from the fitted map: (1 − w)·hybrid(λ, kind) + w·discriminant
-    z = torch.as_tensor(auto._mapped(x, "task"))
+    z = torch.as_tensor(auto.query_map("task").mapped(x))
     labels = torch.as_tensor(np.searchsorted(auto.classes_, y))
     base = torch.as_tensor(auto.text_prototypes_, dtype=torch.float64)
     chosen = selection.classifier(z, labels, base, auto.prototype_mix_, auto.support_kind_)
@@ -398,7 +398,7 @@ def test_classes_added_from_text_beat_zero_shot_where_the_fitted_classes_show_a_
         lfa = LFA(random_state=seed, steps=0).fit(x[base], y[base] // 2, protos[0::2])
         new_protos = protos[1::2]
         zero_shot = np.mean((xt[new] @ new_protos.T).argmax(1) == yt[new] // 2)
-        ours = np.mean(lfa.predict(xt[new], mapping="tt", prototypes=new_protos) == yt[new] // 2)
+        ours = np.mean(lfa.predict(xt[new], mapping="tt", text_emb=new_protos) == yt[new] // 2)
         assert lfa.selection_["new_class_beta_selection"] == "class-disjoint-cv, mean directions removed"
         assert ours >= zero_shot
         gains.append(ours - zero_shot)

@@ -1,5 +1,5 @@
 """LFA is a scikit-learn classifier and transformer: the full estimator checks, any hashable labels,
-uni-modal fits without prototypes, binary decision scores, and probabilities that rank as scores."""
+uni-modal fits without text_emb, binary decision scores, and probabilities that rank as scores."""
 
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ def test_lfa_passes_scikit_learns_estimator_checks():
     check_estimator(LFA(steps=5, random_state=0, device="cpu"), expected_failed_checks=EXPECTED_FAILED_CHECKS)
 
 
-def test_any_hashable_labels_with_classes_naming_the_prototype_rows():
+def test_any_hashable_labels_with_class_names_naming_the_text_emb_rows():
     x, y, p, xt, yt = planted_gap_problem(n_classes=4, n_test=10, seed=1)
     names = np.array(["cat", "dog", "owl", "yak"])
     by_index = LFA(steps=20, random_state=0).fit(x, y, p)
-    by_name = LFA(steps=20, random_state=0).fit(x, names[y], p, classes=names)
+    by_name = LFA(steps=20, random_state=0).fit(x, names[y], p, class_names=names)
     np.testing.assert_array_equal(by_name.classes_, names)
     np.testing.assert_array_equal(by_name.predict(xt), names[by_index.predict(xt)])
     assert by_name.score(xt, names[yt]) == by_index.score(xt, yt)
-    with pytest.raises(LabelError, match="classes="):
-        LFA(steps=5).fit(x, names[y], p)  # strings need classes= to say which row is which
+    with pytest.raises(LabelError, match="class_names="):
+        LFA(steps=5).fit(x, names[y], p)  # strings need class_names= to say which row is which
 
 
 def test_without_prototypes_the_class_means_are_the_targets():

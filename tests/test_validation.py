@@ -208,3 +208,29 @@ def test_parameter_errors_read_the_same_with_and_without_scikit_learn():
     assert full[0] == ("The 'beta' parameter of LFA must be a str among {'auto'} or a finite float in the range "
                        "[0.0, 1.0]. Got 1.5 instead.")
 
+
+
+def test_one_fitted_check_names_the_fit_call_of_each_estimator():
+    from lfa_index import AlignedIndex, EmbeddingAligner, NotFittedError
+    from lfa_index.core.validation import check_is_fitted
+
+    for estimator, call in ((LFA(), "fit(X, y, text_emb, class_names) first"),
+                            (AlignedIndex(), "fit(X, y, text_emb, class_names) or AlignedIndex.load(path) first"),
+                            (EmbeddingAligner(), "fit(X_new, X_old) or EmbeddingAligner.load(path) first")):
+        with pytest.raises(NotFittedError, match=call.replace("(", r"\(").replace(")", r"\)")):
+            check_is_fitted(estimator)
+
+
+@pytest.mark.parametrize("texts, allow_empty, error", [
+    ("one text", False, "InputTypeError"), (None, True, "InputTypeError"), (["a", 3], True, "InputTypeError"),
+    ([], False, "ShapeError"), (["a", " "], False, "InvalidInputError"), ([], True, None), (("a", ""), True, None),
+])
+def test_one_text_check_serves_sources_and_integrations(texts, allow_empty, error):
+    import lfa_index.errors as errors
+    from lfa_index.core.validation import check_texts
+
+    if error is None:
+        assert check_texts(texts, name="documents", allow_empty=allow_empty) == list(texts)
+        return
+    with pytest.raises(getattr(errors, error), match="documents"):
+        check_texts(texts, name="documents", allow_empty=allow_empty)

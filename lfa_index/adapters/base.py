@@ -11,11 +11,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ..arrays import l2_normalize
-from ..core.validation import BOOLEAN, Interval, validate_params
+from ..core.validation import BOOLEAN, Interval, check_texts, validate_params
 from ..errors import (
     DimensionMismatchError,
-    InvalidInputError,
-    InvalidParameterError,
     ShapeError,
     UnsupportedModalityError,
 )
@@ -67,35 +65,6 @@ def hf_offline() -> bool:
         os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
         for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
-
-
-def check_texts(texts: Any, *, name: str = "texts") -> list[str]:
-    """Return ``texts`` as a list of non-empty strings, or raise a typed error."""
-    if isinstance(texts, (str, bytes)):
-        raise InvalidParameterError(
-            f"{name} must be a sequence of strings, got a single {type(texts).__name__}; "
-            "wrap it in a list: [text]."
-        )
-    try:
-        texts = list(texts)
-    except TypeError as err:
-        raise InvalidParameterError(
-            f"{name} must be a sequence of strings, got {type(texts).__name__}."
-        ) from err
-    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad:
-        raise InvalidInputError(
-            f"{name} must hold strings only; item {bad[0]} is {type(texts[bad[0]]).__name__}."
-        )
-    if not texts:
-        raise ShapeError(f"{name} is empty; pass at least one string.")
-    empty = [i for i, t in enumerate(texts) if not t.strip()]
-    if empty:
-        raise InvalidInputError(
-            f"{name} holds {len(empty)} empty string(s) (first at index {empty[0]}); an empty text "
-            "has no meaning to embed: drop those items."
-        )
-    return texts
 
 
 def fixed_batches(n: int, batch_size: int) -> list[range]:
@@ -203,7 +172,8 @@ class BaseSource(EmbeddingSource):
     def _identity(self) -> str:
         raise NotImplementedError
 
-    def _check_common(self) -> None:
+    def check_params(self) -> None:
+        """Raise a typed error unless every parameter meets ``_parameter_constraints`` (before any embedding work)."""
         constraints = self._parameter_constraints
         validate_params({name: getattr(self, name) for name in constraints}, constraints, type(self).__name__)
 
@@ -216,6 +186,30 @@ class BaseSource(EmbeddingSource):
             cache = self._cache_obj = EmbeddingCache(path)
         return cache
 
+    def embed_cached(
+        self,
+        items: list[Any],
+        keys: list[bytes],
+        compute: Callable[[list[Any]], np.ndarray],
+        *,
+        modality: str,
+        unit: str,
+        batches: Callable[[list[Any]], Iterable[Sequence[int]]] | None = None,
+    ) -> np.ndarray:
+        """:func:`embed_in_batches` through this source's cache (keyed by its identity and ``modality``),
+        batch size and progress bar; ``keys`` are the items' content keys."""
+        return embed_in_batches(
+            items,
+            keys,
+            compute,
+            batches=batches or (lambda todo: fixed_batches(len(todo), self.batch_size)),
+            cache=self._cache(),
+            identity=f"{self._identity()}|{modality}",
+            progress=self.progress,
+            desc=f"{self.name} {modality}",
+            unit=unit,
+        )
+
     def _embed_texts_cached(
         self,
         texts: Sequence[str],
@@ -225,15 +219,6 @@ class BaseSource(EmbeddingSource):
         batches: Callable[[list[Any]], Iterable[Sequence[int]]] | None = None,
     ) -> np.ndarray:
         texts = check_texts(texts)
-        self._check_common()
-        return embed_in_batches(
-            texts,
-            [content_key(t) for t in texts],
-            compute,
-            batches=batches or (lambda todo: fixed_batches(len(todo), self.batch_size)),
-            cache=self._cache(),
-            identity=f"{self._identity()}|{modality}",
-            progress=self.progress,
-            desc=f"{self.name} {modality}",
-            unit="text",
-        )
+        self.check_params()
+        return self.embed_cached(texts, [content_key(t) for t in texts], compute, modality=modality, unit="text",
+                                 batches=batches)

@@ -16,7 +16,6 @@ import numpy as np
 
 from ..errors import InvalidParameterError, SkippedInputWarning, UnreadableImageError
 from ..extras import import_extra
-from .base import embed_in_batches, fixed_batches
 
 ImageInput = Any  # str | os.PathLike | PIL.Image.Image | np.ndarray
 
@@ -153,7 +152,7 @@ def embed_image_items(
     (or raise :class:`UnreadableImageError` when ``source.strict``).
     """
     images = check_images(images)
-    source._check_common()
+    source.check_params()
     failures: dict[int, str] = {}
     keys: list[bytes] = []
     readable: list[int] = []
@@ -180,17 +179,7 @@ def embed_image_items(
         return out
 
     if readable:
-        rows = embed_in_batches(
-            [(i, images[i]) for i in readable],
-            keys,
-            compute,
-            batches=lambda todo: fixed_batches(len(todo), source.batch_size),
-            cache=source._cache(),
-            identity=f"{source._identity()}|{modality}",
-            progress=source.progress,
-            desc=f"{source.name} {modality}",
-            unit="image",
-        )
+        rows = source.embed_cached([(i, images[i]) for i in readable], keys, compute, modality=modality, unit="image")
         good = np.isfinite(rows.reshape(len(readable), -1)).all(axis=1)
     else:
         rows, good = np.empty((0, *item_shape()), dtype=np.float32), np.zeros(0, dtype=bool)

@@ -189,7 +189,7 @@ class OpenAIEmbeddingSource(BaseSource):
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts: (N, dim) float32, rows L2-normalised; cached inputs are not sent again."""
-        self._check_common()
+        self.check_params()
         key = self._resolve_key()
         client = self._client(key)
         return self._embed_texts_cached(

@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..arrays import l2_normalize
+from ..core.validation import check_texts
 from ..errors import InvalidInputError, InvalidParameterError
-from .base import check_texts
 
 #: The single template used by the paper and CoOp for generic image datasets.
 PHOTO_TEMPLATE: tuple[str, ...] = ("a photo of a {}.",)

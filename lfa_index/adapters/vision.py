@@ -168,7 +168,7 @@ class VisionBackboneSource(BaseSource):
 
     def _load(self) -> None:
         torch = import_extra("torch", extra="vision")
-        self._check_common()
+        self.check_params()
         if self.checkpoint is not None and not os.path.isfile(self.checkpoint):
             raise ModelUnavailableError(
                 f"No checkpoint file at {self.checkpoint}; pass the path of a local weights file."

@@ -116,7 +116,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     cv_splits, cv_val_size : int, float, defaults 3, 0.2
         Random (class-stratified where possible) splits for choosing β.
     n_rounds : int, default=5
-        Sinkhorn/refinement rounds of unsupervised LFA (``fit(X, None, prototypes)``).
+        Sinkhorn/refinement rounds of unsupervised LFA (``fit(X, None, text_emb)``).
     sinkhorn_reg : float, default=0.0025
         Entropic regularisation of the U-LFA transport problem (blur 0.05 squared).
     temperature : float, default=0.01
@@ -180,9 +180,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     Example
     -------
-    >>> lfa = LFA(random_state=0).fit(X, y, prototypes)
+    >>> lfa = LFA(random_state=0).fit(X, y, text_emb)
     >>> lfa.predict(X_test), lfa.score(X_test, y_test)
-    >>> LFA.paper(random_state=0).fit(X, y, prototypes)   # the paper's algorithm, options off
+    >>> LFA.paper(random_state=0).fit(X, y, text_emb)     # the paper's algorithm, options off
     >>> LFA(random_state=0).fit(X, ["cat", "dog", ...])     # no text: class means as prototypes
     """
 
@@ -293,7 +293,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
         Example
         -------
-        >>> LFA.paper(random_state=0).fit(X, y, prototypes)
+        >>> LFA.paper(random_state=0).fit(X, y, text_emb)
         """
         return cls(**{**PAPER_OPTIONS, **params})
 
@@ -354,26 +354,26 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             )
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: Any, y: Any = None, prototypes: Any = None, classes: Any = None) -> "LFA":
-        """Learn W (and the chosen options) from support embeddings ``X``, labels ``y`` and ``prototypes``.
+    def fit(self, X: Any, y: Any = None, text_emb: Any = None, class_names: Any = None) -> "LFA":
+        """Learn W (and the chosen options) from support embeddings ``X``, labels ``y`` and ``text_emb``.
 
         Parameters
         ----------
         X : (N, d_img) or (N, V, d_img) image embeddings (V views per image, view 0 = the main
             view, e.g. the centre crop). Any real dtype, numpy or torch.
-        y : (N,) class labels, or None for unsupervised LFA (which needs ``prototypes``). Integers
-            in 0..C-1 index the prototype rows; other labels (any hashable) need ``classes``
-            naming each prototype row, or no prototypes at all.
-        prototypes : (C, d_txt) class prototypes (e.g. text embeddings of the class names), or
+        y : (N,) class labels, or None for unsupervised LFA (which needs ``text_emb``). Integers
+            in 0..C-1 index the rows of ``text_emb``; other labels (any hashable) need
+            ``class_names`` naming each row, or no ``text_emb`` at all.
+        text_emb : (C, d_txt) class prototypes (e.g. text embeddings of the class names), or
             None: the L2-normalised class means of the support (uni-modal alignment, no text).
-        classes : C labels, one per prototype row (default: 0..C-1, or the sorted labels of ``y``
-            when there are no prototypes).
+        class_names : C labels, one per row of ``text_emb`` (default: 0..C-1, or the sorted labels
+            of ``y`` when there is no ``text_emb``).
 
         A fit that raises leaves the estimator as it was (a fitted one keeps answering as before).
         """
-        return fit_or_restore(self, self._fit, X, y, prototypes, classes)
+        return fit_or_restore(self, self._fit, X, y, text_emb, class_names)
 
-    def _fit(self, X: Any, y: Any, prototypes: Any, classes: Any) -> "LFA":
+    def _fit(self, X: Any, y: Any, text_emb: Any, class_names: Any) -> "LFA":
         started = time.perf_counter()
         self._validate_params()
         try:
@@ -392,10 +392,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         device = resolve_device(self.device)
         previous = self._fitted() if self.warm_start and hasattr(self, "W_") else None
         x_np = check_embeddings(X, name="X", ndims=(2, 3))
-        codes, labels_of, p_np = encode_targets(y, x_np, prototypes, classes)
+        codes, classes, p_np = encode_targets(y, x_np, text_emb, class_names)
         if previous is not None and (x_np.shape[-1] != self.n_features_in_ or p_np.shape[1] != self._prototype_dim()):
             raise DimensionMismatchError(
-                "warm_start needs image and prototype embeddings of the same dimensions as the previous fit "
+                "warm_start needs X and text_emb of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
             )
         widths = (x_np.shape[-1], p_np.shape[1])
@@ -436,7 +436,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options, **shared)
         finally:
             bar.close()
-        state.classes_, state.n_features_in_, state.text_prototypes_ = labels_of, d_img, text_prototypes
+        state.classes_, state.n_features_in_, state.text_prototypes_ = classes, d_img, text_prototypes
         state.projection_, state.projection_side_, state.projection_kind_ = matrix, side, kind
         state.fit_seconds_ = time.perf_counter() - started
         state.summary_ = summary_line(state, self.n_rounds)
@@ -451,7 +451,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             return None, None, None
         if self.projection is False:
             raise DimensionMismatchError(
-                f"image embeddings have {d_img} dimensions but prototypes have {d_txt}; set projection='auto' "
+                f"X has {d_img} dimensions but text_emb has {d_txt}; set projection='auto' "
                 "to bridge them with a seeded random projection, or embed both with models of the same width."
             )
         kind = self._projection_kind(d_img, d_txt)

@@ -16,22 +16,16 @@ from typing import Any
 import numpy as np
 
 from ..arrays import MAPPINGS, Mapping, l2_normalize
-from ..errors import DimensionMismatchError, NotFittedError
+from ..errors import DimensionMismatchError
 from .query_map import QueryMap, project_rows, unit_rows
 from .state import FITTED_ARRAYS, FITTED_VALUES, FittedState, check_fitted_state
-from .validation import check_choice, check_embeddings, weighted_accuracy
+from .validation import check_choice, check_embeddings, check_is_fitted, weighted_accuracy
 
 
 class AlignedClassifierMixin:
     """The query side of a fitted LFA (numpy only)."""
 
     temperature: float
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "W_"):
-            raise NotFittedError(
-                f"this {type(self).__name__} is not fitted yet; call fit(X, y, prototypes) before using it."
-            )
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "W_")
@@ -40,7 +34,7 @@ class AlignedClassifierMixin:
         """The map named ``mapping`` ("task": W, "tt": W_tt, "average": W_avg) with this fit's
         image-side projection and, with centring, its support mean: what every consumer aligns
         queries with (this estimator's scores, a FAISS index, a vector store)."""
-        self._check_fitted()
+        check_is_fitted(self)
         check_choice(mapping, "mapping", MAPPINGS)
         weights = {"task": self.W_, "tt": self.W_tt_, "average": self.W_avg_}[mapping]
         projection = self.projection_ if self.projection_side_ == "image" else None
@@ -50,7 +44,7 @@ class AlignedClassifierMixin:
         return project_rows(x, side, self.projection_, self.projection_side_)
 
     def _check_queries(self, X: Any, name: str = "X") -> np.ndarray:
-        self._check_fitted()
+        check_is_fitted(self)
         x = check_embeddings(X, name=name, ndims=(2, 3))
         if x.shape[-1] != self.n_features_in_:
             raise DimensionMismatchError(
@@ -68,14 +62,14 @@ class AlignedClassifierMixin:
         """Aligned, L2-normalised float32 embeddings ``normalize((proj(x) − μ) @ W)``, same shape as X but d."""
         return unit_rows(self._mapped(X, mapping)).astype(np.float32)
 
-    def transform_prototypes(self, prototypes: Any) -> np.ndarray:
-        """Bring new class prototypes (d_txt) into the aligned space (projected, L2-normalised)."""
-        self._check_fitted()
-        p = check_embeddings(prototypes, name="prototypes")
+    def transform_prototypes(self, text_emb: Any) -> np.ndarray:
+        """Bring class prototypes ``text_emb`` (n, d_txt) into the aligned space (projected, L2-normalised)."""
+        check_is_fitted(self)
+        p = check_embeddings(text_emb, name="text_emb")
         expected = self._prototype_dim()
         if p.shape[1] != expected:
             raise DimensionMismatchError(
-                f"prototypes have {p.shape[1]} dimensions but this LFA was fitted on {expected}-d prototypes; "
+                f"text_emb has {p.shape[1]} dimensions but this LFA was fitted on {expected}-d text_emb; "
                 "embed new class names with the same text model."
             )
         return l2_normalize(self._project_rows(l2_normalize(p), "text"))
@@ -83,15 +77,15 @@ class AlignedClassifierMixin:
     def _prototype_dim(self) -> int:
         return self.projection_.shape[1] if self.projection_side_ == "text" else self.text_prototypes_.shape[1]
 
-    def _scores(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+    def _scores(self, X: Any, mapping: Mapping = "task", text_emb: Any = None) -> np.ndarray:
         """Aligned scores (N, C) ``(z·q_c + b_c)/||z||``, multi-view rows averaged."""
         z = self._mapped(X, mapping)
         if z.ndim == 3:
             z = unit_rows(z).mean(axis=1)
         norms = np.maximum(np.linalg.norm(z, axis=1, keepdims=True), np.finfo(np.float64).tiny)
         unit = z / norms
-        if prototypes is not None:
-            return unit @ self.transform_prototypes(prototypes).T.astype(np.float64)
+        if text_emb is not None:
+            return unit @ self.transform_prototypes(text_emb).T.astype(np.float64)
         if mapping != "task":
             return unit @ np.asarray(self.text_prototypes_, dtype=np.float64).T
         scores = unit @ np.asarray(self.prototypes_, dtype=np.float64).T
@@ -99,36 +93,36 @@ class AlignedClassifierMixin:
             scores = scores + np.asarray(self.intercept_, dtype=np.float64)[None, :] / norms
         return scores
 
-    def decision_function(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+    def decision_function(self, X: Any, mapping: Mapping = "task", text_emb: Any = None) -> np.ndarray:
         """Aligned score of each row for each class: (N, C), or (N,) for two fitted classes.
 
         With the fitted classes and ``mapping="task"`` this is the served classifier (the aligned
         cosine when ``intercept_`` is zero); two classes give the score of ``classes_[1]`` minus
         that of ``classes_[0]``, as scikit-learn's binary classifiers do. Other maps, or
-        ``prototypes`` (C', d_txt) of other classes (e.g. new ones, with ``mapping="tt"``), are
+        ``text_emb`` (C', d_txt) of other classes (e.g. new ones, with ``mapping="tt"``), are
         scored by aligned cosine to the text prototypes. Multi-view input (N, V, d) averages the
         aligned views.
         """
-        scores = self._scores(X, mapping, prototypes)
-        if prototypes is None and mapping == "task" and scores.shape[1] == 2:
+        scores = self._scores(X, mapping, text_emb)
+        if text_emb is None and mapping == "task" and scores.shape[1] == 2:
             return scores[:, 1] - scores[:, 0]
         return scores
 
-    def predict(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
-        """The best-scoring class of each row: labels from ``classes_`` (positions with ``prototypes``)."""
-        best = self._scores(X, mapping, prototypes).argmax(axis=1)
-        return best if prototypes is not None else np.asarray(self.classes_)[best]
+    def predict(self, X: Any, mapping: Mapping = "task", text_emb: Any = None) -> np.ndarray:
+        """The best-scoring class of each row: labels from ``classes_`` (row positions of ``text_emb`` with it)."""
+        best = self._scores(X, mapping, text_emb).argmax(axis=1)
+        return best if text_emb is not None else np.asarray(self.classes_)[best]
 
-    def predict_proba(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any, mapping: Mapping = "task", text_emb: Any = None) -> np.ndarray:
         """``softmax(aligned score / temperature)`` (N, C), in float64 so that it ranks as the scores do."""
-        logits = self._scores(X, mapping, prototypes).astype(np.float64) / self.temperature
+        logits = self._scores(X, mapping, text_emb).astype(np.float64) / self.temperature
         logits -= logits.max(axis=1, keepdims=True)
         proba = np.exp(logits)
         return proba / proba.sum(axis=1, keepdims=True)
 
-    def predict_log_proba(self, X: Any, mapping: Mapping = "task", prototypes: Any = None) -> np.ndarray:
+    def predict_log_proba(self, X: Any, mapping: Mapping = "task", text_emb: Any = None) -> np.ndarray:
         """Log of :meth:`predict_proba`, computed without underflow."""
-        logits = self._scores(X, mapping, prototypes).astype(np.float64) / self.temperature
+        logits = self._scores(X, mapping, text_emb).astype(np.float64) / self.temperature
         logits -= logits.max(axis=1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
 
@@ -151,7 +145,7 @@ class AlignedClassifierMixin:
 
         :meth:`from_fitted_state` restores an equal estimator from them.
         """
-        self._check_fitted()
+        check_is_fitted(self)
         arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in FITTED_ARRAYS
                   if getattr(self, name, None) is not None}
         values = {name: _plain(getattr(self, name, None)) for name in FITTED_VALUES}

@@ -16,7 +16,7 @@
 
 Example
 -------
->>> index = AlignedIndex(lfa=LFA(steps=50, random_state=0)).fit(img_emb, labels, text_emb, class_names)
+>>> index = AlignedIndex(lfa=LFA(steps=50, random_state=0)).fit(X, y, text_emb, class_names)
 >>> index.predict(queries)                      # class names
 >>> scores, names = index.search(queries, k=5)  # top-5 classes, aligned cosines
 >>> index.save("my_index"); AlignedIndex.load("my_index")

@@ -13,6 +13,7 @@ from ..compat import BaseEstimator, ClassifierMixin, clone
 from ..core import LFA
 from ..core.validation import (
     check_embeddings,
+    check_is_fitted,
     check_more_support,
     check_number,
     check_query_matrix,
@@ -20,7 +21,7 @@ from ..core.validation import (
     validate_params,
     weighted_accuracy,
 )
-from ..errors import InvalidParameterError, NotFittedError
+from ..errors import InvalidParameterError
 from .calibration import (
     OBJECTIVES,
     Objective,
@@ -93,58 +94,67 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._encoders: dict[str, str | None] = dict(NO_ENCODERS)
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, img_emb: Any, labels: Any, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
+    def fit(self, X: Any, y: Any, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
         """Fit a clone of ``lfa`` and index the class prototypes.
 
-        img_emb : (N, d_in) or (N, V, d_in) support embeddings; labels : (N,) ints indexing the rows
-        of ``text_emb``, or names found in ``class_names`` (None: unsupervised LFA); text_emb :
-        (C, d_txt) class prototypes; class_names : C distinct strings or None.
+        X : (N, d_in) or (N, V, d_in) support embeddings; y : (N,) ints indexing the rows of
+        ``text_emb``, or names found in ``class_names`` (None: unsupervised LFA); text_emb :
+        (C, d_txt) class prototypes; class_names : C distinct strings or None. The LFA is fitted on
+        ``y`` with ``classes_`` as its ``class_names``, so ``lfa_.classes_`` are the fitted classes.
         """
         self._check_params()
-        support = check_embeddings(img_emb, name="img_emb", ndims=(2, 3))
+        support = check_embeddings(X, name="X", ndims=(2, 3))
         text = check_embeddings(text_emb, name="text_emb")
-        space, y = LabelSpace.from_fit(labels, class_names, n_rows=len(support), n_classes=len(text))
-        lfa = (LFA() if self.lfa is None else clone(self.lfa)).fit(support, y, text)
+        space, positions = LabelSpace.from_fit(y, class_names, n_rows=len(support), n_classes=len(text))
+        lfa = self._fit_lfa(LFA() if self.lfa is None else clone(self.lfa), support, space, positions, text)
         with self._lock:
             self._device = FaissDevice(lfa.device)
-            self._set_fitted(lfa, support, y)
+            self._set_fitted(lfa, support, positions)
             self._encoders = dict(NO_ENCODERS)
             self._publish(space, np.zeros(len(text), dtype=bool), text, np.empty((0, 0), dtype=np.float32))
         return self
 
-    def partial_fit(self, img_emb: Any, labels: Any) -> "AlignedIndex":
-        """Refit with a warm start on the support seen so far plus ``img_emb`` (labels as in ``fit``;
+    def partial_fit(self, X: Any, y: Any) -> "AlignedIndex":
+        """Refit with a warm start on the support seen so far plus ``X`` (``y`` as in ``fit``;
         classes added by :meth:`add_classes` that now have support rows count as fitted; the others
         keep W_tt)."""
-        self._check_fitted()
+        check_is_fitted(self)
         with self._lock:
             table, seen = self._table, self.support_embeddings_
-            support = check_more_support(img_emb, labels, seen, self.support_labels_)
-            y = None if labels is None else table.labels.positions(labels, n_rows=len(support))
-            all_y = None if y is None else np.concatenate([self.support_labels_, y])
+            support = check_more_support(X, y, seen, self.support_labels_)
+            positions = None if y is None else table.labels.positions(y, n_rows=len(support), name="y")
+            all_y = None if positions is None else np.concatenate([self.support_labels_, positions])
+            all_support = np.concatenate([seen, support])
             lfa = copy.deepcopy(self.lfa_).set_params(warm_start=True)
-            lfa.fit(np.concatenate([seen, support]), all_y, table.text_embeddings)
+            self._fit_lfa(lfa, all_support, table.labels, all_y, table.text_embeddings)
             is_new = table.is_new.copy()
             if all_y is not None:
                 is_new[np.unique(all_y)] = False
-            self._set_fitted(lfa, np.concatenate([seen, support]), all_y)
+            self._set_fitted(lfa, all_support, all_y)
             self._publish(table.labels, is_new, table.text_embeddings, np.empty((0, 0), dtype=np.float32))
         return self
 
-    def add_classes(self, text_emb: Any, names: Any = None) -> "AlignedIndex":
-        """Add classes from their prototypes alone, scored with W_tt (paper §4.5); ``names`` are
+    def add_classes(self, text_emb: Any, class_names: Any = None) -> "AlignedIndex":
+        """Add classes from their prototypes alone, scored with W_tt (paper §4.5); ``class_names`` are
         required when the index has class names, else the new classes get the next integers."""
-        self._check_fitted()
+        check_is_fitted(self)
         with self._lock:
             table = self._table
             text = self._check_text(text_emb)
-            space = table.labels.extend(len(text), names)
+            space = table.labels.extend(len(text), class_names)
             added = np.asarray(self.lfa_.transform_prototypes(text), dtype=np.float32)
             fitted = len(self.lfa_.prototypes_)
             is_new = np.concatenate([table.is_new, np.ones(len(text), dtype=bool)])
             text = np.concatenate([table.text_embeddings, text])
             self._publish(space, is_new, text, np.concatenate([table.prototypes[fitted:], added]))
         return self
+
+    @staticmethod
+    def _fit_lfa(lfa: LFA, support: np.ndarray, space: LabelSpace, positions: np.ndarray | None,
+                 text: np.ndarray) -> LFA:
+        """``lfa`` fitted on the labels at ``positions`` of ``space``, with ``space.classes`` as ``class_names``."""
+        y = None if positions is None else space.labels(positions)
+        return lfa.fit(support, y, text, class_names=space.classes)
 
     def _set_fitted(self, lfa: LFA, support: np.ndarray, labels: np.ndarray | None) -> None:
         self.lfa_ = lfa
@@ -201,7 +211,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
 
         >>> index.set_reject_below(index.rejection_threshold(X_val, y_val, unknown_label="oos")).save("idx")
         """
-        self._check_fitted()
+        check_is_fitted(self)
         self._reject_below = None if reject_below is None else self.check_threshold(reject_below)
         return self
 
@@ -286,7 +296,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
         """Aligned unit text embeddings (n, d), as the class prototypes are aligned: text queries of the
         aligned space (:func:`lfa_index.stores.search_aligned`, :func:`~lfa_index.stores.search_unaligned`)."""
-        self._check_fitted()
+        check_is_fitted(self)
         return np.ascontiguousarray(self.lfa_.transform_prototypes(self._check_text(text_emb, name)), dtype=np.float32)
 
     # ------------------------------------------------------------------ persistence
@@ -296,7 +306,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         An existing index or empty directory is replaced; any other existing path raises
         :class:`~lfa_index.errors.IndexPathError`.
         """
-        self._check_fitted()
+        check_is_fitted(self)
         with self._lock:
             return save_index(
                 path, params=self.get_params(deep=False), lfa=self.lfa_, table=self._table,
@@ -350,15 +360,10 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def _check_params(self) -> None:
         validate_params(self.get_params(deep=False), self._parameter_constraints, type(self).__name__)
 
-    def _check_fitted(self) -> None:
-        if self._table is None:
-            raise NotFittedError("this AlignedIndex is not fitted yet; call fit(img_emb, labels, text_emb) or "
-                                 "AlignedIndex.load(path) first.")
-
     @property
     def class_table_(self) -> ClassTable:
         """The current :class:`~lfa_index.index.classes.ClassTable`: one consistent snapshot of the classes."""
-        self._check_fitted()
+        check_is_fitted(self)
         return self._table
 
     def _novelty_score(self, table: ClassTable) -> NoveltyScore:

@@ -25,10 +25,11 @@ from ..core.validation import (
     Interval,
     StrOptions,
     check_embeddings,
+    check_is_fitted,
     check_param,
     validate_params,
 )
-from ..errors import DimensionMismatchError, MissingExtraError, NotFittedError, ShapeError
+from ..errors import DimensionMismatchError, MissingExtraError, ShapeError
 
 _DEFAULT = RefineConfig()
 MAP_KINDS = ("orthogonal", "all")
@@ -272,7 +273,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
     def transform(self, X_new: Any) -> np.ndarray:
         """New-model rows mapped into the old space: unit float32 rows (n, d_old), ``normalize((x̂ − μ) W)``."""
-        check_fitted(self)
+        check_is_fitted(self)
         x = check_embeddings(X_new, name="X_new")
         if x.shape[1] != self.n_features_in_:
             raise DimensionMismatchError(
@@ -289,7 +290,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
         """Write the fitted aligner to directory ``path`` atomically (safetensors + JSON, sha256 manifest)."""
-        check_fitted(self)
+        check_is_fitted(self)
         from .aligner_format import save_aligner
 
         return save_aligner(self, path)
@@ -305,10 +306,3 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
         return load_aligner(cls, path)
 
-
-def check_fitted(aligner: EmbeddingAligner) -> None:
-    """Raise :class:`NotFittedError` unless ``aligner`` is fitted (or loaded)."""
-    if not hasattr(aligner, "W_"):
-        raise NotFittedError(
-            "this EmbeddingAligner is not fitted yet; call fit(X_new, X_old) or EmbeddingAligner.load(path) first."
-        )

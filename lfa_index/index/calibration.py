@@ -36,12 +36,12 @@ UNKNOWN = -1
 
 
 def heldout_scores(
-    lfa: Any, support: np.ndarray, labels: np.ndarray | None, prototypes: np.ndarray
+    lfa: Any, support: np.ndarray, labels: np.ndarray | None, text_emb: np.ndarray
 ) -> tuple[np.ndarray, How]:
     """Best score of each support row (view 0) over the fitted classes under a model fitted without it.
 
     ``lfa``: the fitted estimator; ``support`` (N, d) or (N, V, d) and ``labels`` (N,) or None: what
-    it was fitted on; ``prototypes`` (C, d_txt): its class prototypes as given. Returns the (N,)
+    it was fitted on; ``text_emb`` (C, d_txt): its class prototypes as given. Returns the (N,)
     float32 scores and how they were obtained: "cross-fitted" (``lfa.heldout_scores_``), "k-fold"
     (K = min(5, smallest class count) folds, at least 2; unlabelled supports: K = min(5, N)) or
     "support" (no class has two rows: the fitted model's own scores, optimistic).
@@ -60,7 +60,7 @@ def heldout_scores(
     out = np.empty(len(support), dtype=np.float32)
     for train, held in folds:
         model = clone(lfa).set_params(steps=int(lfa.steps_), warm_start=False)
-        model.fit(support[train], None if labels is None else labels[train], prototypes)
+        model.fit(support[train], None if labels is None else labels[train], text_emb)
         out[held] = best_scores(model, rows[held])
     return out, "k-fold"
 

@@ -2,7 +2,11 @@
 
 Labels are either the row indices of the class prototypes (``kind="index"``, int64) or class
 names (``kind="name"``, str). An index answers in the space it was fitted in; a query rejected
-by ``reject_below`` gets the unknown label: -1 for indices, None for names.
+by ``reject_below`` gets the unknown label: -1 for indices, None for names. Labels become
+positions by :func:`~lfa_index.core.targets.encode_labels`, the encoding LFA's fit uses; the
+index hands LFA its labels with :attr:`LabelSpace.classes` as ``class_names``, so the LFA's
+``classes_`` are the index's fitted classes. What a space adds is the index's own: the two kinds,
+the unknown label, rejection and classes added after the fit.
 
 Example
 -------
@@ -19,7 +23,8 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from ..core.validation import check_labels
+from ..core.targets import encode_labels
+from ..core.validation import check_index_labels
 from ..errors import InvalidParameterError, LabelError, ShapeError
 
 Kind = Literal["index", "name"]
@@ -63,33 +68,34 @@ class LabelSpace:
     # ------------------------------------------------------------------ building
     @classmethod
     def from_fit(
-        cls, labels: Any, class_names: Any, *, n_rows: int, n_classes: int
+        cls, y: Any, class_names: Any, *, n_rows: int, n_classes: int
     ) -> tuple["LabelSpace", np.ndarray | None]:
-        """The space of ``fit``'s labels and their positions (None for unsupervised fits).
+        """The space of ``fit``'s labels ``y`` and their positions (None for unsupervised fits).
 
         String labels make a space of names (``class_names`` required); integers index the rows.
+        The fitted LFA gets ``y`` with :attr:`classes` as its ``class_names``.
         """
         names = check_class_names(class_names, n_classes)
-        if labels is None:
+        if y is None:
             return cls("name" if names is not None else "index", n_classes, names), None
-        arr = _as_array(labels)
+        arr = _as_array(y)
         if _is_name_array(arr):
             if names is None:
-                raise LabelError("labels are strings but class_names is None; pass class_names (one per text_emb row).")
+                raise LabelError("y holds strings but class_names is None; pass class_names (one per text_emb row).")
             space = cls("name", n_classes, names)
         else:
             space = cls("index", n_classes, names)
-        return space, space.positions(arr, n_rows=n_rows)
+        return space, space.positions(arr, n_rows=n_rows, name="y")
 
-    def extend(self, n_new: int, names: Any = None) -> "LabelSpace":
-        """This space with ``n_new`` classes appended (their ``names`` when the space has names)."""
-        if self.names is None and names is not None:
+    def extend(self, n_new: int, class_names: Any = None) -> "LabelSpace":
+        """This space with ``n_new`` classes appended (their ``class_names`` when the space has names)."""
+        if self.names is None and class_names is not None:
             raise InvalidParameterError(
-                "this index was fitted without class_names, so new classes get integer labels; pass names=None."
+                "this index was fitted without class_names, so new classes get integer labels; pass class_names=None."
             )
         if self.names is None:
             return LabelSpace(self.kind, len(self) + n_new)
-        new = check_class_names(names, n_new, required=True)
+        new = check_class_names(class_names, n_new, required=True)
         clash = sorted(set(new) & set(self.names))
         if clash:
             raise LabelError(f"class name(s) {clash[:5]} already exist; choose new names.")
@@ -104,11 +110,12 @@ class LabelSpace:
         """Positions (int64) of labels given in this space: names for "name", integers for "index"."""
         arr = _as_array(labels)
         if self.kind == "index":
-            return check_labels(arr, n_rows=len(arr) if n_rows is None else n_rows, n_classes=len(self))
+            arr = check_index_labels(arr, n_rows=len(arr) if n_rows is None else n_rows, name=name)
+            return encode_labels(arr, self.classes, name=name, hint=self._index_hint())
         _check_rows(arr, n_rows, name)
         if not _is_name_array(arr):
             raise LabelError(f"{name} must be class names (strings) for this index, got dtype {arr.dtype}.")
-        return self._name_positions(arr, self.names, name)
+        return encode_labels(arr, self.classes, name=name, hint=_NAME_HINT)
 
     def lookup(self, labels: Any, *, name: str = "labels") -> np.ndarray:
         """Positions of labels in this space, or of class names in a space of indices that has names."""
@@ -116,18 +123,13 @@ class LabelSpace:
         _check_rows(arr, None, name)
         if self.kind == "name" or _is_name_array(arr) or arr.dtype == object:
             known = self.names if self.names is not None else [str(c) for c in self.classes]
-            return self._name_positions(arr, known, name)
+            texts = np.array([str(v) for v in arr.tolist()], dtype=object)
+            return encode_labels(texts, np.array(known, dtype=object), name=name, hint=_NAME_HINT)
         return self.positions(arr, name=name)
 
-    def _name_positions(self, arr: np.ndarray, known: Sequence[str], name: str) -> np.ndarray:
-        lookup = {n: i for i, n in enumerate(known)}
-        unknown = sorted({str(v) for v in arr if str(v) not in lookup})
-        if unknown:
-            raise LabelError(
-                f"{name} hold name(s) not among the classes: {unknown[:5]}; add them with add_classes() "
-                "(or pass them in class_names at fit)."
-            )
-        return np.fromiter((lookup[str(v)] for v in arr), dtype=np.int64, count=len(arr))
+    def _index_hint(self) -> str:
+        return (f"they must lie in 0..{len(self) - 1} (one per text_emb row): check that text_emb holds one row "
+                "per class, in label order")
 
     def name_of(self, label: Any) -> str:
         """Readable name of a label: its class name when the space has names, else its text ('' for None)."""
@@ -163,6 +165,9 @@ class LabelSpace:
         if kind not in KINDS:
             raise ValueError(f"label_space must be one of {list(KINDS)}, got {kind!r}")
         return cls(kind, n_classes, check_class_names(doc["class_names"], n_classes, required=kind == "name"))
+
+
+_NAME_HINT = "add them with add_classes() (or pass them in class_names at fit)"
 
 
 def check_class_names(names: Any, n_classes: int, required: bool = False) -> list[str] | None:

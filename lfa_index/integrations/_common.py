@@ -13,14 +13,13 @@ Spaces
 
 from __future__ import annotations
 
-import reprlib
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
 from ..arrays import MAPPINGS
-from ..core.validation import as_real_array, check_choice
-from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, NonFiniteError, ShapeError
+from ..core.validation import as_real_array, check_choice, check_texts
+from ..errors import DimensionMismatchError, InvalidParameterError, NonFiniteError, ShapeError
 from ..index import AlignedIndex
 from ..index.folding import rerank
 from ..stores import FaissStore, VectorStore, prototype_dim, search_classes, write_prototypes
@@ -99,7 +98,7 @@ class AlignedEmbedder:
 
     def aligned_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Aligned, L2-normalised text queries ``t`` (n, d)."""
-        texts = check_texts(texts, "query texts")
+        texts = check_texts(texts, name="query texts", allow_empty=True)
         y = _matrix(self._queries(texts), "the query embedder's output", len(texts))
         expected = self.index.text_embeddings_.shape[1]
         if y.shape[1] != expected:
@@ -120,7 +119,7 @@ class AlignedEmbedder:
             raise InvalidParameterError(
                 "no document_embedder was given: pass the document-side model to embed or re-score documents."
             )
-        texts = check_texts(texts, "documents")
+        texts = check_texts(texts, name="documents", allow_empty=True)
         if not texts:
             return np.empty((0, self.index.n_features_in_), dtype=np.float32)
         x = _matrix(self._documents(texts), "the document embedder's output", len(texts))
@@ -165,13 +164,6 @@ class AlignedEmbedder:
 def python_value(value: Any) -> Any:
     """A numpy scalar as a plain Python value (framework metadata is JSON-like)."""
     return value.item() if isinstance(value, np.generic) else value
-
-
-def check_texts(texts: Any, name: str) -> list[str]:
-    """``texts`` as a list of str, or :class:`InvalidInputError` (a str alone would be read as its characters)."""
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or not all(isinstance(t, str) for t in texts):
-        raise InvalidInputError(f"{name} must be a list of strings, got {reprlib.repr(texts)}.")
-    return list(texts)
 
 
 def _matrix(values: Any, name: str, n_texts: int) -> np.ndarray:

@@ -14,10 +14,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..arrays import l2_normalize
-from ..core.validation import check_embeddings
-from ..errors import DimensionMismatchError, InvalidInputError, InvalidParameterError, ShapeError
+from ..core.validation import check_embeddings, check_is_fitted, check_texts
+from ..errors import DimensionMismatchError, InvalidParameterError, ShapeError
 from ..index import EmbeddingAligner
-from ..index.aligner import check_fitted
 from ..index.folding import rerank
 from ._common import embed_function
 
@@ -42,7 +41,7 @@ class MappedEmbedder:
                  rerank_embedder: Any = None):
         if not isinstance(aligner, EmbeddingAligner):
             raise InvalidParameterError(f"aligner must be a fitted EmbeddingAligner, got {type(aligner).__name__}.")
-        check_fitted(aligner)
+        check_is_fitted(aligner)
         self.aligner = aligner
         self._queries = embed_function(query_embedder, "text", "query_embedder", query=True)
         self._documents = (None if document_embedder is None
@@ -57,7 +56,8 @@ class MappedEmbedder:
 
     def new_queries(self, texts: Sequence[str]) -> np.ndarray:
         """The new model's unit query embeddings (n, d_new)."""
-        return l2_normalize(self._new(self._queries, _texts(texts, "query texts"), "the query embedder"))
+        texts = check_texts(texts, name="query texts", allow_empty=True)
+        return l2_normalize(self._new(self._queries, texts, "the query embedder"))
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Queries in the old space: ``aligner.transform`` of the new model's embeddings (n, d_old)."""
@@ -70,7 +70,7 @@ class MappedEmbedder:
                 "no document_embedder was given: documents of a store built with the old model must be embedded "
                 "by the old model; pass it as document_embedder (queries need only the new model)."
             )
-        texts = _texts(texts, "documents")
+        texts = check_texts(texts, name="documents", allow_empty=True)
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
         x = _rows(self._documents(texts), "the document embedder's output", len(texts))
@@ -83,7 +83,7 @@ class MappedEmbedder:
 
     def rerank(self, query: str, documents: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """The new model's exact top-``k`` of candidate documents for one query: ``(cosines, positions)``."""
-        documents = _texts(documents, "documents")
+        documents = check_texts(documents, name="documents", allow_empty=True)
         if not documents:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         rows = l2_normalize(self._new(self._candidates, documents, "the rerank embedder"))
@@ -99,12 +99,6 @@ class MappedEmbedder:
                 "the new model; pass the model the aligner was fitted on."
             )
         return x
-
-
-def _texts(texts: Any, name: str) -> list[str]:
-    if isinstance(texts, (str, bytes)) or not all(isinstance(t, str) for t in texts):
-        raise InvalidInputError(f"{name} must be a list of strings.")
-    return list(texts)
 
 
 def _rows(values: Any, name: str, n_texts: int) -> np.ndarray:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from ..core.validation import check_number
+from ..core.validation import check_number, check_texts
 from ..errors import InvalidParameterError
 from ..extras import import_extra
 from ..index import AlignedIndex, EmbeddingAligner
 from ..stores import VectorStore
-from ._common import AlignedEmbedder, Space, check_texts, python_value
+from ._common import AlignedEmbedder, Space, python_value
 from ._mapped import MappedEmbedder
 
 _embeddings = import_extra("llama_index.core.base.embeddings.base", "llamaindex")
@@ -89,7 +89,8 @@ class LFAEmbedding(_embeddings.BaseEmbedding):
         self, texts: list[str], show_progress: bool = False, **kwargs: Any
     ) -> list[list[float]]:
         """Document vectors of a list of texts (checked first: LlamaIndex would embed a str character by character)."""
-        return super().get_text_embedding_batch(check_texts(texts, "documents"), show_progress=show_progress, **kwargs)
+        texts = check_texts(texts, name="documents", allow_empty=True)
+        return super().get_text_embedding_batch(texts, show_progress=show_progress, **kwargs)
 
 
 def retrieve_aligned(

@@ -205,7 +205,7 @@ def _field_writer(store: VectorStore, write_field: Any) -> Any:
 def add_aligned(
     index: AlignedIndex,
     store: VectorStore,
-    img_emb: Any,
+    X: Any,
     ids: Any,
     *,
     fields: Mapping[str, Sequence[Any]] | None = None,
@@ -220,7 +220,7 @@ def add_aligned(
     -------
     >>> add_aligned(index, MilvusStore("vectors.db", "corpus", dim=index.prototypes_.shape[1]), X, ids)
     """
-    x = check_query_matrix(img_emb, name="img_emb", dim=index.n_features_in_)
+    x = check_query_matrix(X, name="X", dim=index.n_features_in_)
     ids = check_ids(ids, len(x))
     query_map = index.class_table_.query_map(mapping)
     check_store(store, query_map.n_features_out, "aligned embeddings (the aligned space's dimension)")

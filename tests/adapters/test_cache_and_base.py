@@ -25,8 +25,8 @@ from lfa_index.adapters import (
 from lfa_index.adapters.base import embed_in_batches, fixed_batches
 from lfa_index.adapters.cache import content_key
 from lfa_index.errors import (
+    InputTypeError,
     InvalidInputError,
-    InvalidParameterError,
     LFAIndexError,
     ShapeError,
 )
@@ -202,7 +202,8 @@ def test_a_missing_optional_package_raises_a_typed_error_naming_the_extra(monkey
 @pytest.mark.parametrize(
     "texts, error",
     [
-        ("a single string", InvalidParameterError),
+        ("a single string", InputTypeError),
+        (None, InputTypeError),
         ([], ShapeError),
         (["ok", ""], InvalidInputError),
         (["ok", 3], InvalidInputError),

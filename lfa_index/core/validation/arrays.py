@@ -114,38 +114,32 @@ def check_embeddings(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) ->
     return arr
 
 
-def check_labels(y: ArrayLike, *, n_rows: int, n_classes: int) -> np.ndarray:
-    """Check that ``y`` holds ``n_rows`` integer labels in ``0 .. n_classes - 1`` (int64 copy)."""
+def check_index_labels(y: ArrayLike, *, n_rows: int, name: str = "labels") -> np.ndarray:
+    """Check that ``y`` holds ``n_rows`` integer labels (class indices; int64 copy). Whether each names a class
+    is :func:`~lfa_index.core.targets.encode_labels`'s to say."""
     try:
-        arr = _to_numpy(y, "labels")
+        arr = _to_numpy(y, name)
     except InvalidInputError as err:
         raise LabelError(str(err)) from err
     if arr.ndim != 1:
-        raise ShapeError(f"labels must be 1-D of shape (n_rows,), got shape {arr.shape}.")
+        raise ShapeError(f"{name} must be 1-D of shape (n_rows,), got shape {arr.shape}.")
     if arr.shape[0] != n_rows:
         raise ShapeError(
-            f"labels has {arr.shape[0]} entries but the embeddings have {n_rows} rows; "
+            f"{name} has {arr.shape[0]} entries but the embeddings have {n_rows} rows; "
             "pass exactly one label per embedding row."
         )
     if np.issubdtype(arr.dtype, np.floating):
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise LabelError(
-                "labels must be integers (class indices into the prototypes); got non-integer values. "
+                f"{name} must be integers (class indices into text_emb); got non-integer values. "
                 "Map class names to indices first, or use AlignedIndex with class_names."
             )
     elif arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise LabelError(
-            f"labels must be integers (class indices into the prototypes), got dtype {arr.dtype}. "
+            f"{name} must be integers (class indices into text_emb), got dtype {arr.dtype}. "
             "Map class names to indices first, or use AlignedIndex with class_names."
         )
-    arr = arr.astype(np.int64, copy=True)
-    if arr.size and (arr.min() < 0 or arr.max() >= n_classes):
-        bad = arr[(arr < 0) | (arr >= n_classes)]
-        raise LabelError(
-            f"labels must lie in 0..{n_classes - 1} (one per prototype row); got {bad[:5].tolist()}. "
-            "Check that the prototypes hold one row per class, in label order."
-        )
-    return arr
+    return arr.astype(np.int64, copy=True)
 
 
 def check_ids(

@@ -77,18 +77,18 @@ def check_text_matrix(text_emb: Any, *, name: str, dim: int) -> np.ndarray:
     return text
 
 
-def check_more_support(img_emb: Any, labels: Any, seen: np.ndarray, seen_labels: np.ndarray | None) -> np.ndarray:
-    """Support rows for ``partial_fit``: shaped as the support set ``seen`` so far (same model and views),
-    with labels exactly when it had them; :class:`ShapeError` or :class:`LabelError` otherwise."""
-    support = check_embeddings(img_emb, name="img_emb", ndims=(seen.ndim,))
+def check_more_support(X: Any, y: Any, seen: np.ndarray, seen_labels: np.ndarray | None) -> np.ndarray:
+    """Support rows ``X`` for ``partial_fit``: shaped as the support set ``seen`` so far (same model and views),
+    with labels ``y`` exactly when it had them; :class:`ShapeError` or :class:`LabelError` otherwise."""
+    support = check_embeddings(X, name="X", ndims=(seen.ndim,))
     if support.shape[1:] != seen.shape[1:]:
         raise ShapeError(
-            f"img_emb has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
+            f"X has rows of shape {support.shape[1:]} but the support set has {seen.shape[1:]}; "
             "pass embeddings from the same model with the same number of views."
         )
-    if (labels is None) != (seen_labels is None):
+    if (y is None) != (seen_labels is None):
         raise LabelError(
-            "partial_fit needs labels exactly when fit had them: pass labels=None for an unsupervised index, "
+            "partial_fit needs labels exactly when fit had them: pass y=None for an unsupervised index, "
             "labels otherwise."
         )
     return support
