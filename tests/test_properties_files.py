@@ -26,7 +26,7 @@ from safetensors.numpy import save_file
 from lfa_index.adapters import load_embeddings
 from lfa_index.adapters.embedding_files import EMBEDDING_KEYS, LABEL_KEYS
 from lfa_index.cli.readers import read_classes, read_embedding_file, read_labels, read_texts
-from lfa_index.errors import LFAIndexError
+from lfa_index.errors import CLIError, LFAIndexError
 
 pa = pytest.importorskip("pyarrow", reason="needs the [files] extra")
 pq = pytest.importorskip("pyarrow.parquet", reason="needs the [files] extra")
@@ -410,6 +410,15 @@ def test_labels_files_read_exactly_or_raise_a_typed_error(suffix, values, data):
         assert [str(v) for v in labels.tolist()] == [str(v) for v in json.loads(raw.decode("utf-8-sig"))]
     else:
         assert labels.tolist() == np.load(io.BytesIO(raw), allow_pickle=True).tolist()
+
+
+@pytest.mark.parametrize("values", [[True, 1, False, True], [1, 2.0], [0, None], ["a", 1]])
+def test_labels_json_of_booleans_floats_nulls_or_a_mix_is_refused(tmp_path, values):
+    """Found by the property above: numpy read ``[true, 1, false, true]`` as the labels ``[1, 1, 0, 1]``."""
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(values), encoding="utf-8")
+    with pytest.raises(CLIError, match="JSON list of integers or of class names"):
+        read_labels(str(path))
 
 
 @cases(100)

@@ -68,7 +68,13 @@ def read_labels(path: str) -> np.ndarray:
         if p.suffix == ".npy":
             labels = np.load(p, allow_pickle=False)
         elif p.suffix == ".json":
-            labels = np.asarray(json.loads(p.read_text(encoding="utf-8-sig")))
+            values = json.loads(p.read_text(encoding="utf-8-sig"))
+            # numpy would read true/false as 1/0 and mix numbers into strings: only all-int or all-str lists
+            if not isinstance(values, list) or not (all(type(v) is int for v in values)
+                                                    or all(isinstance(v, str) for v in values)):
+                raise CLIError(f"{path}: expected a JSON list of integers or of class names (strings), "
+                               "not booleans, floats, nulls or a mix.")
+            labels = np.asarray(values)
         else:
             lines = p.read_text(encoding="utf-8-sig").splitlines()
             labels = np.asarray([line.strip() for line in lines if line.strip()])
