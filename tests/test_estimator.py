@@ -138,3 +138,10 @@ def test_an_unseeded_fit_leaves_torchs_global_generator_alone(planted):
     torch.manual_seed(3)
     LFA(steps=2).fit(x, y, p)
     assert torch.equal(torch.rand(4), expected)
+
+
+@pytest.mark.parametrize("y", [[0, 1, np.nan, 0, 1, 0], np.array(["a", 1, "a", 1, "a", 1], dtype=object)])
+def test_labels_with_a_missing_value_or_of_two_types_are_a_typed_error(y):
+    X = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    with pytest.raises(LabelError, match="y cannot be read as class labels"):
+        LFA(steps=1).fit(X, y)

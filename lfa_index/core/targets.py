@@ -94,7 +94,12 @@ def check_targets(y: Any, n_rows: int) -> np.ndarray:
                          "pass exactly one label per embedding row.")
     from sklearn.utils.multiclass import type_of_target
 
-    kind = type_of_target(arr)
+    try:
+        kind = type_of_target(arr)
+        np.unique(arr)  # labels of several types (str and int) cannot be ordered into classes
+    except (ValueError, TypeError) as err:
+        raise LabelError(f"y cannot be read as class labels ({err}); pass labels of one type (all integers or "
+                         "all strings), with no missing values.") from err
     if kind not in ("binary", "multiclass"):
         raise LabelError(f"Unknown label type: {kind!r}; LFA classifies, so y must hold class labels "
                          "(integers or strings), not continuous values.")
