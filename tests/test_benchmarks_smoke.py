@@ -451,3 +451,16 @@ def test_real_static_model_pair_loads_and_the_matrix_writes_its_table(tmp_path):
                      "lfa_paper200", "nearest_class_mean", "kernel_ridge", "--out-dir", str(tmp_path), "--name", "s"])
     result = json.loads((tmp_path / "s.json").read_text())
     assert result["meta"]["pairs"]["static64~minilm"]["feature_dim"] == 64 and len(result["records"]) == 4
+
+
+def test_same_records_sees_a_changed_choice_but_not_a_changed_timing(tmp_path, capsys):
+    from benchmarks.same_records import main
+
+    record = {"set": "dtd", "shots": 4, "seed": 1, "method": "lfa", "accuracy": 0.5, "seconds": 1.0, "beta": 0.1}
+    before, after = tmp_path / "before.json", tmp_path / "after.json"
+    before.write_text(json.dumps({"records": [record]}))
+    after.write_text(json.dumps({"records": [{**record, "seconds": 9.0}]}))
+    assert main([str(before), str(after)]) == 0
+    after.write_text(json.dumps({"records": [{**record, "beta": 0.2}]}))
+    assert main([str(before), str(after)]) == 1
+    assert "'beta'" in capsys.readouterr().out

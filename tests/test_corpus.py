@@ -81,7 +81,7 @@ def test_text_search_is_exact_in_a_flat_corpus_and_ids_round_trip(fitted, task, 
     corpus = AlignedCorpus(fitted).add(images[:1000], ids=ids[:1000]).add(images[1000:], ids=ids[1000:])
     assert corpus.ntotal == len(images)
     scores, found = corpus.search_text(text, k=10)
-    ref_scores, ref_ids = brute_force(fitted.lfa_.transform_prototypes(text), aligned(fitted, images), ids, 10)
+    ref_scores, ref_ids = brute_force(fitted.lfa_.transform_text(text), aligned(fitted, images), ids, 10)
     np.testing.assert_array_equal(found, ref_ids)
     np.testing.assert_allclose(scores, ref_scores, atol=1e-5)
 

@@ -184,7 +184,7 @@ def test_added_classes_are_scored_with_the_base_to_new_map(task):
     expected = np.concatenate(
         [
             reference_cosines(lfa, queries, lfa.prototypes_, lfa.W_, lfa.intercept_),
-            reference_cosines(lfa, queries, lfa.transform_prototypes(text[base:]), lfa.W_tt_),
+            reference_cosines(lfa, queries, lfa.transform_text(text[base:]), lfa.W_tt_),
         ],
         axis=1,
     )

@@ -92,7 +92,7 @@ def test_centred_corpus_search_uses_the_affine_query_map(task, index, aligned_co
     aligned = unit @ g + o
     aligned /= np.linalg.norm(aligned, axis=1, keepdims=True)
     np.testing.assert_allclose(aligned, index.lfa_.transform(corpus), atol=1e-5)
-    t = index.lfa_.transform_prototypes(text[:3])
+    t = index.lfa_.transform_text(text[:3])
     expected = np.argsort(-(t @ aligned.T), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(aligned_corpus.search_text(text[:3], 5)[1], expected)
     assert (aligned_corpus.search(corpus[:10], 1)[1][:, 0] == np.arange(10)).all()

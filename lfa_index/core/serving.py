@@ -62,8 +62,8 @@ class AlignedClassifierMixin:
         """Aligned, L2-normalised float32 embeddings ``normalize((proj(x) − μ) @ W)``, same shape as X but d."""
         return unit_rows(self._mapped(X, mapping)).astype(np.float32)
 
-    def transform_prototypes(self, text_emb: Any) -> np.ndarray:
-        """Bring class prototypes ``text_emb`` (n, d_txt) into the aligned space (projected, L2-normalised)."""
+    def transform_text(self, text_emb: Any) -> np.ndarray:
+        """Class prototypes or text queries ``text_emb`` (n, d_txt) in the aligned space (projected, L2-normalised)."""
         check_is_fitted(self)
         p = check_embeddings(text_emb, name="text_emb")
         expected = self._prototype_dim()
@@ -85,7 +85,7 @@ class AlignedClassifierMixin:
         norms = np.maximum(np.linalg.norm(z, axis=1, keepdims=True), np.finfo(np.float64).tiny)
         unit = z / norms
         if text_emb is not None:
-            return unit @ self.transform_prototypes(text_emb).T.astype(np.float64)
+            return unit @ self.transform_text(text_emb).T.astype(np.float64)
         if mapping != "task":
             return unit @ np.asarray(self.text_prototypes_, dtype=np.float64).T
         scores = unit @ np.asarray(self.prototypes_, dtype=np.float64).T

@@ -142,7 +142,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
             table = self._table
             text = self._check_text(text_emb)
             space = table.labels.extend(len(text), class_names)
-            added = np.asarray(self.lfa_.transform_prototypes(text), dtype=np.float32)
+            added = np.asarray(self.lfa_.transform_text(text), dtype=np.float32)
             fitted = len(self.lfa_.prototypes_)
             is_new = np.concatenate([table.is_new, np.ones(len(text), dtype=bool)])
             text = np.concatenate([table.text_embeddings, text])
@@ -297,7 +297,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """Aligned unit text embeddings (n, d), as the class prototypes are aligned: text queries of the
         aligned space (:func:`lfa_index.stores.search_aligned`, :func:`~lfa_index.stores.search_unaligned`)."""
         check_is_fitted(self)
-        return np.ascontiguousarray(self.lfa_.transform_prototypes(self._check_text(text_emb, name)), dtype=np.float32)
+        return np.ascontiguousarray(self.lfa_.transform_text(self._check_text(text_emb, name)), dtype=np.float32)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:

@@ -210,7 +210,7 @@ def check_version(version: Any, expected: int, file: str, what: str, fix: str = 
 def _classes(arrays: dict[str, np.ndarray], lfa: LFA) -> dict[str, Any]:
     """Text, flags, prototypes, biases, maps and checked folded prototypes of every class."""
     text = check_stored_array(arrays["text_embeddings"], "text_embeddings", ndim=2)
-    if lfa.transform_prototypes(text[:1]).shape[1] != lfa.prototypes_.shape[1]:
+    if lfa.transform_text(text[:1]).shape[1] != lfa.prototypes_.shape[1]:
         raise ValueError(f"text_embeddings rows of {text.shape[1]} dimensions do not map to the estimator's space")
     is_new = check_stored_array(arrays["is_new_class"], "is_new_class", shape=(len(text),), kind="iub").astype(bool)
     n_fitted = len(lfa.prototypes_)

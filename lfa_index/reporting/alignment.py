@@ -101,7 +101,7 @@ def alignment_stages(index: AlignedIndex, eval_embeddings: Any = None, eval_labe
             f"{index.n_features_in_}-d rows; embed them with the support set's model."
         )
     # the text prototypes in the aligned space (LFA's hybrid class vectors are a classifier, not a stage)
-    protos = torch.as_tensor(lfa.transform_prototypes(index.text_embeddings_))
+    protos = torch.as_tensor(lfa.transform_text(index.text_embeddings_))
     support = np.asarray(index.support_embeddings_, dtype=np.float32)
     support = support[:, 0] if support.ndim == 3 else support
     pseudo = index.support_labels_ is None
