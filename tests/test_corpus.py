@@ -4,6 +4,7 @@ when it is built; saved beside the index in the safe format; every bad input a t
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import json
 import pickle
 import re
@@ -103,6 +104,9 @@ def test_a_projected_side_is_aligned_as_the_index_aligns_it(d_img, d_txt, side):
     assert index.lfa_.projection_side_ == side
     corpus = AlignedCorpus(index).add(queries)
     np.testing.assert_array_equal(corpus.transform_text(text), index.transform_text(text))
+    np.testing.assert_array_equal(index.transform_text(text), index.lfa_.transform_text(text))
+    # the text side is part of the class snapshot: a copy (pickled table) aligns text as the original
+    np.testing.assert_array_equal(copy.deepcopy(index).transform_text(text), index.transform_text(text))
     np.testing.assert_array_equal(corpus.query_map.align(queries), index.transform(queries))
     _, expected = brute_force(index.transform_text(text), index.transform(queries), np.arange(len(queries)), 5)
     np.testing.assert_array_equal(corpus.search_text(text, 5)[1], expected)

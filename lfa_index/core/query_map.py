@@ -174,6 +174,13 @@ def project_rows(x: np.ndarray, side: str, projection: np.ndarray | None, projec
     return unit_rows(x @ np.asarray(projection, dtype=x.dtype).T)
 
 
+def align_text(text: np.ndarray, projection: np.ndarray | None) -> np.ndarray:
+    """Text rows (n, d_txt) as an LFA aligns its prototypes: L2-normalised, projected by ``projection``
+    (when the text side was the projected one, else None) and L2-normalised again (float32)."""
+    side = None if projection is None else "text"
+    return l2_normalize(project_rows(l2_normalize(text), "text", projection, side))
+
+
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows of ``x`` L2-normalised in their own float dtype (all-zero rows stay zero)."""
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.finfo(x.dtype).tiny)

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import MAPPINGS, Mapping, l2_normalize
+from ..arrays import MAPPINGS, Mapping
 from ..errors import DimensionMismatchError
-from .query_map import QueryMap, project_rows, unit_rows
+from .query_map import QueryMap, align_text, project_rows, unit_rows
 from .state import FITTED_ARRAYS, FITTED_VALUES, FittedState, check_fitted_state
 from .validation import check_choice, check_embeddings, check_is_fitted, weighted_accuracy
 
@@ -72,7 +72,7 @@ class AlignedClassifierMixin:
                 f"text_emb has {p.shape[1]} dimensions but this LFA was fitted on {expected}-d text_emb; "
                 "embed new class names with the same text model."
             )
-        return l2_normalize(self._project_rows(l2_normalize(p), "text"))
+        return align_text(p, self.projection_ if self.projection_side_ == "text" else None)
 
     def _prototype_dim(self) -> int:
         return self.projection_.shape[1] if self.projection_side_ == "text" else self.text_prototypes_.shape[1]

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import MAPPINGS, Mapping, l2_normalize
-from ..core.query_map import QueryMap, project_rows
+from ..arrays import MAPPINGS, Mapping
+from ..core.query_map import QueryMap, align_text
 from ..core.validation import StrOptions, check_number, check_query_matrix, check_text_matrix, validate_params
 from .aligned_index import AlignedIndex
 from .corpus import Corpus, check_factory
@@ -65,14 +65,13 @@ class AlignedCorpus:
             {"index": index, "factory": factory, "params": params, "mapping": mapping},
             self._parameter_constraints, type(self).__name__,
         )
-        table = index.class_table_  # NotFittedError before a fit
-        lfa = index.lfa_
+        table = index.class_table_  # NotFittedError before a fit; one snapshot of the maps and the text side
         query_map = table.maps[mapping]
         check_factory(factory, query_map.n_features_out)
         self.factory, self.params, self.mapping = factory, params, mapping
-        self._device = str(lfa.device)
+        self._device = str(index.lfa_.device)  # the placement asked for ("auto", "cpu", "cuda:1"): a parameter
         self._n_text_features = int(table.text_embeddings.shape[1])
-        self._text_projection = lfa.projection_ if lfa.projection_side_ == "text" else None
+        self._text_projection = table.text_projection
         self._corpus = Corpus.create(factory, params, query_map, table.device)
 
     # ------------------------------------------------------------------ the corpus
@@ -114,8 +113,7 @@ class AlignedCorpus:
         """Aligned unit text embeddings (n, d), the queries of :meth:`search_text`: as the index aligned
         class prototypes when the corpus was built."""
         text = check_text_matrix(text_emb, name="text_emb", dim=self._n_text_features)
-        side = None if self._text_projection is None else "text"
-        return np.ascontiguousarray(l2_normalize(project_rows(l2_normalize(text), "text", self._text_projection, side)))
+        return np.ascontiguousarray(align_text(text, self._text_projection))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:

@@ -31,7 +31,7 @@ from .calibration import (
     support_scores,
     validation_truth,
 )
-from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, top_class_positions
+from .classes import ClassTable, class_vectors, fitted_maps, nearest_classes, text_projection, top_class_positions
 from .export import StoreExportMixin
 from .faiss_device import FaissDevice
 from .format import NO_ENCODERS, PARAMS_FILE, SavedIndex, as_format_error, file_label, load_index, save_index
@@ -166,7 +166,8 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         """A new class table; a kept τ is dropped (it was set on the scores of the previous one)."""
         prototypes, intercept = class_vectors(self.lfa_, is_new, added)
         maps = fitted_maps(self.lfa_)
-        self._table = ClassTable.build(space, prototypes, intercept, is_new, text, maps, self._device)
+        self._table = ClassTable.build(space, prototypes, intercept, is_new, text, maps, self._device,
+                                       text_projection=text_projection(self.lfa_))
         self._reject_below = None
 
     # ------------------------------------------------------------------ classification
@@ -296,8 +297,9 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
     def transform_text(self, text_emb: Any, name: str = "text_emb") -> np.ndarray:
         """Aligned unit text embeddings (n, d), as the class prototypes are aligned: text queries of the
         aligned space (:func:`lfa_index.stores.search_aligned`, :func:`~lfa_index.stores.search_unaligned`)."""
-        check_is_fitted(self)
-        return np.ascontiguousarray(self.lfa_.transform_text(self._check_text(text_emb, name)), dtype=np.float32)
+        table = self.class_table_  # one snapshot: the text side as the current classes were aligned
+        text = check_text_matrix(text_emb, name=name, dim=table.text_embeddings.shape[1])
+        return np.ascontiguousarray(table.transform_text(text), dtype=np.float32)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -331,7 +333,7 @@ class AlignedIndex(StoreExportMixin, ClassifierMixin, BaseEstimator):
         self._device = device = FaissDevice(saved.lfa.device)
         self._table = ClassTable.build(
             saved.labels, saved.prototypes, saved.intercept, saved.is_new, saved.text_embeddings, saved.maps, device,
-            folded=saved.folded,
+            folded=saved.folded, text_projection=text_projection(saved.lfa),
         )
         self._reject_below = saved.reject_below
         self._encoders = {**NO_ENCODERS, **(saved.encoders or {})}

@@ -20,7 +20,7 @@ import faiss
 import numpy as np
 
 from ..arrays import MAPPINGS
-from ..core.query_map import QueryMap, prepare_queries
+from ..core.query_map import QueryMap, align_text, prepare_queries
 from ..core.validation import check_choice
 from . import folding
 from .faiss_device import FaissDevice
@@ -58,12 +58,13 @@ class ClassTable:
     maps: dict[str, QueryMap]
     groups: tuple[ClassGroup, ...]
     device: FaissDevice  # where the groups' indexes live
+    text_projection: np.ndarray | None = None  # (d, d_txt) when the text side was projected, else None
 
     @classmethod
     def build(
         cls, labels: LabelSpace, prototypes: np.ndarray, intercept: np.ndarray, is_new: np.ndarray,
         text_embeddings: np.ndarray, maps: dict[str, QueryMap], device: FaissDevice,
-        folded: dict[str, np.ndarray] | None = None,
+        folded: dict[str, np.ndarray] | None = None, text_projection: np.ndarray | None = None,
     ) -> "ClassTable":
         """Fold each group of classes with its map (or take ``folded``, as saved) and index it."""
         groups = []
@@ -75,13 +76,17 @@ class ClassTable:
                 bias = intercept[positions] if mapping == "task" else np.zeros(len(positions), dtype=np.float32)
                 vectors = maps[mapping].fold(prototypes[positions], bias)
             groups.append(ClassGroup(mapping, positions, vectors, maps[mapping], device.flat_index(vectors)))
-        return cls(labels, prototypes, intercept, is_new, text_embeddings, maps, tuple(groups), device)
+        return cls(labels, prototypes, intercept, is_new, text_embeddings, maps, tuple(groups), device, text_projection)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled (and deep-copied) as its arrays; the FAISS indexes are built again, on the copy's device."""
         folded = {group.mapping: group.folded for group in self.groups}
         parts = (self.labels, self.prototypes, self.intercept, self.is_new, self.text_embeddings, self.maps)
-        return _rebuilt, (*parts, self.device, folded)
+        return _rebuilt, (*parts, self.device, folded, self.text_projection)
+
+    def transform_text(self, text: np.ndarray) -> np.ndarray:
+        """Text rows (n, d_txt) aligned as the class prototypes were: L2-normalised, projected, L2-normalised."""
+        return align_text(text, self.text_projection)
 
     @property
     def n_features(self) -> int:
@@ -114,7 +119,12 @@ class ClassTable:
 
 
 def _rebuilt(*parts: Any) -> ClassTable:
-    return ClassTable.build(*parts[:7], folded=parts[7])
+    return ClassTable.build(*parts[:7], folded=parts[7], text_projection=parts[8])
+
+
+def text_projection(lfa: Any) -> np.ndarray | None:
+    """The projection a fitted LFA applies to text rows, or None (equal widths, or the image side projected)."""
+    return lfa.projection_ if lfa.projection_side_ == "text" else None
 
 
 def fitted_maps(lfa: Any) -> dict[str, QueryMap]:
