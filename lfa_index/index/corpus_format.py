@@ -36,7 +36,7 @@ from ..core.query_map import QueryMap
 from ..core.validation import check_choice, check_stored_array
 from .corpus import ID_LIMIT, held_ids
 from .faiss_device import gpu_of
-from .format import as_format_error, check_dtypes, check_version, jsonable
+from .format import as_format_error, check_dtypes, check_version, file_label, jsonable
 
 CORPUS_FORMAT = 1
 KIND = "aligned-corpus"
@@ -81,7 +81,8 @@ def load_corpus(path: str | Path, device: str | None = None) -> SavedCorpus:
     documents, arrays, indexes = persistence.read_index_dir(path, kind=KIND)
     with corpus_errors(path):
         doc = documents[PARAMS_FILE]
-        check_version(doc["corpus_format"], CORPUS_FORMAT, _label(path, PARAMS_FILE), "corpus", fix="rebuild")
+        check_version(doc["corpus_format"], CORPUS_FORMAT, file_label(path, PARAMS_FILE, "corpus"), "corpus",
+                      fix="rebuild")
         params = {name: doc["params"][name] for name in ("factory", "params", "mapping")}
         check_choice(params["mapping"], "mapping", MAPPINGS)
         if not isinstance(params["factory"], str) or not isinstance(params["params"], (str, type(None))):
@@ -115,11 +116,7 @@ def load_corpus(path: str | Path, device: str | None = None) -> SavedCorpus:
 def corpus_errors(path: str | Path, name: str = PARAMS_FILE) -> Any:
     """The context that turns what reading file ``name`` of the corpus at ``path`` raises into one
     :class:`~lfa_index.errors.IndexFormatError` naming it."""
-    return as_format_error(_label(path, name), "AlignedCorpus.save()", "corpus")
-
-
-def _label(path: str | Path, name: str) -> str:
-    return f"{name} of the corpus at {path}"
+    return as_format_error(file_label(path, name, "corpus"), "AlignedCorpus.save()", "corpus")
 
 
 def _maps(arrays: dict[str, np.ndarray]) -> tuple[QueryMap, np.ndarray | None]:

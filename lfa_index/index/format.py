@@ -136,9 +136,9 @@ def load_index(path: str | Path, device: str | None = None) -> SavedIndex:
 
 
 # ------------------------------------------------------------------ errors
-def file_label(path: str | Path, name: str) -> str:
-    """How messages name one file of an index directory (its folder layout is persistence's)."""
-    return f"{name} of the index at {path}"
+def file_label(path: str | Path, name: str, what: str = "index") -> str:
+    """How messages name one file of an index (or corpus, ``what``) directory (its folder layout is persistence's)."""
+    return f"{name} of the {what} at {path}"
 
 
 @contextmanager
