@@ -420,8 +420,8 @@ def test_the_progress_bar_counts_every_refinement_step_and_the_summary_names_the
     lfa = LFA(random_state=0, verbose=True).fit(x, y, p)
     (bar,) = bars
     runs, horizon = lfa.selection_["runs"], lfa.selection_["horizon"]
-    assert runs == 3 and bar.n == bar.total == runs * horizon + lfa.steps_
-    assert f"{lfa.steps_} steps (+ 3 held-out run(s) of {horizon})" in lfa.summary_
+    assert runs == RefineConfig().folds and bar.n == bar.total == runs * horizon + lfa.steps_
+    assert f"{lfa.steps_} steps (+ {runs} held-out run(s) of {horizon})" in lfa.summary_
     assert bar.smoothing == 0  # the mean rate since the first step: no swings at the checkpoints
 
 

@@ -63,7 +63,7 @@ class RefineConfig:
     batch_fraction: float = 0.75
     momentum_start: float = 0.9
     precision: str = "float32"
-    folds: int = 3
+    folds: int = 2
     unit_rows: bool = False
 
 

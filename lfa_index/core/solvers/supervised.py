@@ -20,6 +20,7 @@ from ...errors import InvalidInputError
 from ..config import FitOptions, RefineConfig
 from ..state import FittedState
 from .beta import BetaChoice, identity_is_informative, select_beta, select_new_class_map
+from .geometry import geometry_is_informative
 from .metrics import hubness
 from .procrustes import beta_procrustes, orthogonal_procrustes
 from .refine import Progress, fused_adamw_supported, refine
@@ -155,9 +156,15 @@ def solve_supervised(
         # a kept zero-shot map keeps its text prototypes too; otherwise the single row enters lightly
         kept = rows[plain.center][1].beta == 1.0 and identity_informative
         mix = (0.0 if kept else ONE_SHOT_MIX) if len(options.mixes) > 1 else options.mixes[0]
+        kind, how = options.kinds[0], "one-shot"
+        if not kept and options.steps is None and len(options.mixes) > 1 and 1.0 in options.mixes \
+                and not geometry_is_informative(x0, labels, prototypes, random_state=seed):
+            # the names' geometry is no better than chance: the text has nothing to teach, serve the class means
+            steps, mix, how = 0, 1.0, "one-shot, text uninformative"
+            kind = "mean" if "mean" in options.kinds else kind
         candidate, horizon = Candidate(plain, int(steps), options.mappings[0] if len(options.mappings) == 1 else "task",
-                                       float(mix), options.kinds[0]), int(steps)
-        selection = Selection(candidate, "one-shot", horizon)
+                                       float(mix), kind), int(steps)
+        selection = Selection(candidate, how, horizon)
     elif options.steps is not None and \
             len(variants) == len(options.mixes) == len(options.mappings) == len(options.kinds) == 1:
         candidate = Candidate(plain, int(options.steps), options.mappings[0], float(options.mixes[0]), options.kinds[0])

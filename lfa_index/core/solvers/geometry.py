@@ -1,0 +1,74 @@
+"""Whether the text prototypes' geometry says anything about the support rows' (a Mantel test).
+
+Where images and prototypes come from different models, the only thing the text can teach a map
+is its geometry: classes whose names are alike should hold images that are alike. With one row per
+class nothing can be held out to check it, but the check needs no held-out rows: compare the
+centred Gram matrix of the support's class means with that of their prototypes (Mantel's statistic,
+the sum of their off-diagonal products) against the same statistic under random class → prototype
+permutations. Unrelated spaces (an ImageNet CNN against a sentence model's names of clothes) sit
+inside the null; related ones (one text read by two sentence models, CLIP images against MiniLM
+names) sit many standard deviations above it (``benchmarks/results/robustness.md``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.stats import norm
+
+from .beta import IDENTITY_ALPHA
+
+PERMUTATIONS = 200
+"""Random class permutations behind the null's mean and spread."""
+
+
+def geometry_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *,
+                      permutations: int = PERMUTATIONS, random_state: int = 0) -> float:
+    """Mantel z-score of the class means' centred Gram matrix against the prototypes'.
+
+    ``x`` (n, d) and ``prototypes`` (C, d') need not share a width: only their Gram matrices meet.
+    Classes without rows are left out. Returns +inf (−inf) when the null has no spread and the
+    statistic is above (not above) its mean; 0.0 with fewer than three classes.
+    """
+    n_classes = prototypes.shape[0]
+    counts = torch.bincount(labels, minlength=n_classes).to(x.dtype)
+    present = counts > 0
+    if int(present.sum()) < 3:
+        return 0.0
+    sums = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, device=x.device)
+    sums.index_add_(0, labels, x.double())
+    means = (sums[present] / counts[present, None].double()).cpu().numpy()
+    protos = prototypes[present].double().cpu().numpy()
+    gram_x, gram_t = (_centred_gram(m) for m in (means, protos))
+    observed = float((gram_x * gram_t).sum())
+    rng = np.random.default_rng(random_state)
+    null = np.array([(gram_x * gram_t[np.ix_(p, p)]).sum()
+                     for p in (rng.permutation(len(means)) for _ in range(permutations))])
+    spread = float(null.std())
+    if spread == 0.0:
+        return math.inf if observed > float(null.mean()) else -math.inf
+    return (observed - float(null.mean())) / spread
+
+
+def geometry_is_informative(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *,
+                            alpha: float = IDENTITY_ALPHA, random_state: int = 0) -> bool:
+    """Whether the prototypes' geometry matches the support's beyond chance, at the identity test's level.
+
+    With C! ≤ 1/``alpha`` classes no support can reach that level, so the evidence only has to point
+    the right way (z > 0), as for :func:`~lfa_index.core.solvers.beta.identity_is_informative`.
+    """
+    evidence = geometry_evidence(x, labels, prototypes, random_state=random_state)
+    present = int((torch.bincount(labels, minlength=prototypes.shape[0]) > 0).sum())
+    if math.lgamma(present + 1) <= math.log(1.0 / alpha):
+        return evidence > 0
+    return bool(norm.sf(evidence) < alpha)
+
+
+def _centred_gram(rows: np.ndarray) -> np.ndarray:
+    """Gram matrix of the centred rows, zero on the diagonal."""
+    centred = rows - rows.mean(axis=0)
+    gram = centred @ centred.T
+    np.fill_diagonal(gram, 0.0)
+    return gram
