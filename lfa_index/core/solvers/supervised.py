@@ -9,7 +9,7 @@ random-split CV, one full cosine run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -135,8 +135,17 @@ def solve_supervised(
     # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
     identity_informative = options.same_space and (options.keep_zero_shot or options.new_class_map == "auto") \
         and identity_is_informative(x0, labels, prototypes)
+    # the names' geometry no better than chance (and no zero-shot): the text has nothing to teach the map
+    text_uninformative = warm is None and not options.paper_classifier and options.steps is None \
+        and options.beta is None and 1.0 in options.mixes and len(options.mixes) > 1 and not identity_informative \
+        and not geometry_is_informative(x0, labels, prototypes, random_state=seed)
+    if text_uninformative:  # the support's own classifier, through an orthogonal map, without refinement
+        options = replace(options, beta=0.0, mixes=(1.0,), mappings=("task",), centers=(False,), refines=(False,),
+                          blend=False)
     mean = x0.mean(dim=0) if warm is None or not warm.candidate.variant.center else warm.mean
     rows = variant_rows(x, labels, prototypes, options, identity_informative, seed, mean, warm)
+    if text_uninformative:
+        rows = {c: (r, BetaChoice(0.0, "procrustes, text uninformative")) for c, (r, _) in rows.items()}
     plain = Variant(options.centers[0] if len(options.centers) == 1 else False,
                     options.refines[0] if len(options.refines) == 1 else False)
     variants = {Variant(c, r): rows[c][0] for c in options.centers if c in rows for r in options.refines}
@@ -157,9 +166,7 @@ def solve_supervised(
         kept = rows[plain.center][1].beta == 1.0 and identity_informative
         mix = (0.0 if kept else ONE_SHOT_MIX) if len(options.mixes) > 1 else options.mixes[0]
         kind, how = options.kinds[0], "one-shot"
-        if not kept and options.steps is None and len(options.mixes) > 1 and 1.0 in options.mixes \
-                and not geometry_is_informative(x0, labels, prototypes, random_state=seed):
-            # the names' geometry is no better than chance: the text has nothing to teach, serve the class means
+        if text_uninformative:  # one row per class: its class mean
             steps, mix, how = 0, 1.0, "one-shot, text uninformative"
             kind = "mean" if "mean" in options.kinds else kind
         candidate, horizon = Candidate(plain, int(steps), options.mappings[0] if len(options.mappings) == 1 else "task",
@@ -171,14 +178,16 @@ def solve_supervised(
         horizon = int(options.steps)
         selection = Selection(candidate, "fixed", horizon)
     else:
-        horizon = options.steps if options.steps is not None else horizon_for(len(y_np), n_classes, config.k)
+        horizon = options.steps if options.steps is not None else \
+            0 if text_uninformative else horizon_for(len(y_np), n_classes, config.k)
         marks = (horizon,) if options.steps is not None else checkpoints_for(horizon)
         if progress is not None:  # the clock starts with the steps it counts (β's cross-validation is done)
             fused_adamw_supported(x.device)  # torch's first optimiser step imports for seconds: not a step's cost
             progress.reset(total=len(variants) * len(folds) * horizon + horizon)
             progress.set_postfix_str(f"{len(variants) * len(folds)} held-out fold run(s), then the final fit")
-        repeats = [folds] if horizon > 0 else \
-            [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r) for r in range(CLOSED_FORM_REPEATS)]
+        # without refinement the folds cost one SVD each; with uninformative text only the support side is chosen
+        repeats = [folds] if horizon > 0 else [support_folds(y_np, CLOSED_FORM_FOLDS, seed + r)
+                                                for r in range(1 if text_uninformative else CLOSED_FORM_REPEATS)]
         evidence = Evidence.mean([cross_fitted_evidence(
             variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=options.mixes,
             mappings=options.mappings, kinds=options.kinds, config=config, random_state=seed,
@@ -187,7 +196,7 @@ def solve_supervised(
         selection = choose(evidence, plain, options.mappings[0] if len(options.mappings) == 1 else "task")
         selection.runs = len(variants) * len(folds) * len(repeats) if horizon > 0 else 0
         if horizon == 0:
-            selection.how = "no-refinement"
+            selection.how = "no-refinement, text uninformative" if text_uninformative else "no-refinement"
         candidate = selection.chosen
 
     if progress is not None:

@@ -1,0 +1,92 @@
+"""The Mantel test of the names' geometry, and the one-shot default that follows it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from synthetic import normalize, planted_gap_problem, random_orthogonal
+
+from lfa_index import LFA
+from lfa_index.core.solvers.geometry import geometry_evidence, geometry_is_informative
+
+
+def f32(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def unrelated_support(seed: int, n_classes: int = 40, d_rows: int = 96, d_names: int = 48, n_test: int = 10):
+    """One row per class and test rows around it, in a space drawn independently of the names'."""
+    rng = np.random.default_rng(seed)
+    centres = normalize(rng.standard_normal((n_classes, d_rows)))
+    names = normalize(rng.standard_normal((n_classes, d_names)))
+    y = np.arange(n_classes)
+    x = normalize(centres + 0.6 * rng.standard_normal((n_classes, d_rows)) / np.sqrt(d_rows))
+    yt = np.repeat(y, n_test)
+    xt = normalize(centres[yt] + 0.6 * rng.standard_normal((len(yt), d_rows)) / np.sqrt(d_rows))
+    return x.astype(np.float32), y, names.astype(np.float32), xt.astype(np.float32), yt
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_shot_across_unrelated_spaces_serves_the_class_means(seed):
+    """Rows and names with no relation (other widths): the test finds nothing on any of 20 seeds and
+    the default predicts exactly as the nearest class mean (cosine) does."""
+    x, y, names, xt, yt = unrelated_support(seed)
+    assert not geometry_is_informative(f32(x), torch.tensor(y), f32(names), random_state=seed)
+    lfa = LFA(random_state=seed).fit(x, y, names)
+    assert lfa.selection_["how"] == "one-shot, text uninformative" and lfa.steps_ == 0 and lfa.prototype_mix_ == 1.0
+    nearest_mean = np.argmax(xt @ x.T, axis=1)  # one row per class: the class means are the rows
+    np.testing.assert_array_equal(lfa.predict(xt), y[nearest_mean])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_shot_keeps_learning_from_names_whose_geometry_matches(seed):
+    """Rows that are a noisy rotation of their names (another model of the same things): the
+    evidence is beyond the null at the test's level and the default refines as before."""
+    x, y, protos, _, _ = planted_gap_problem(n_classes=40, shots=1, d=48, noise=0.15, rotation_mix=0.0, seed=seed,
+                                             n_test=5)
+    rotated = (x @ random_orthogonal(48, 1000 + seed)).astype(np.float32)
+    assert geometry_is_informative(f32(rotated), torch.tensor(y), f32(protos), random_state=seed)
+    lfa = LFA(random_state=seed).fit(rotated, y, protos)
+    assert lfa.selection_["how"] == "one-shot" and lfa.steps_ > 0
+
+
+def test_geometry_evidence_is_a_z_score_of_mantels_statistic():
+    """Against Mantel's statistic and its permutation null computed by hand (same seeded draws);
+    invariant to rotating either side; the widths may differ."""
+    rng = np.random.default_rng(3)
+    names = normalize(rng.standard_normal((12, 20)))
+    y = np.repeat(np.arange(12), 2)
+    x = normalize(names[y] @ rng.standard_normal((20, 30)) + 0.3 * rng.standard_normal((24, 30)))
+    means = np.stack([x[y == c].mean(0) for c in range(12)])
+    gx, gt = ((m - m.mean(0)) @ (m - m.mean(0)).T for m in (means, names))
+    np.fill_diagonal(gx, 0.0)
+    np.fill_diagonal(gt, 0.0)
+    draws = np.random.default_rng(1)
+    null = np.array([(gx * gt[np.ix_(p, p)]).sum() for p in (draws.permutation(12) for _ in range(200))])
+    expected = ((gx * gt).sum() - null.mean()) / null.std()
+    z = geometry_evidence(f32(x), torch.tensor(y), f32(names), random_state=1)
+    assert z == pytest.approx(expected, rel=1e-4) and z > 3
+    rotation = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+    rotated = geometry_evidence(f32(x @ rotation), torch.tensor(y), f32(names), random_state=1)
+    assert rotated == pytest.approx(z, rel=1e-4)
+
+
+def test_two_classes_carry_no_evidence():
+    x = f32(normalize(np.eye(2, 4)))
+    assert geometry_evidence(x, torch.tensor([0, 1]), f32(normalize(np.eye(2, 3)))) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_four_shots_across_unrelated_spaces_skip_refinement_and_serve_the_support(seed):
+    """With 4 rows per class and names unrelated to them, no step is spent on the text: an orthogonal map
+    (β = 0) and the support's own classifier (λ = 1), the paper's step count never reached."""
+    rng = np.random.default_rng(seed)
+    x1, y1, names, xt, yt = unrelated_support(seed, n_test=5)
+    x = normalize(np.repeat(x1, 4, axis=0) + 0.3 * rng.standard_normal((4 * len(y1), x1.shape[1])) / 10)
+    y = np.repeat(y1, 4)
+    lfa = LFA(random_state=seed).fit(x.astype(np.float32), y, names)
+    assert lfa.selection_["how"] == "no-refinement, text uninformative"
+    assert lfa.steps_ == 0 and lfa.beta_ == 0.0 and lfa.prototype_mix_ == 1.0
+    assert lfa.beta_selection_ == "procrustes, text uninformative"
+    assert lfa.score(xt, yt) > 0.5  # the support alone separates these classes
