@@ -10,6 +10,7 @@ import pytest
 from benchmarks import baselines as bl
 from benchmarks import data as bd
 from lfa_index import LFA
+from lfa_index.core.config import RefineConfig
 
 N_CLASSES, DIM = 6, 24
 
@@ -230,7 +231,8 @@ def test_the_benchmark_settings_reach_only_the_estimator_they_are_given_to():
     variant = unit_rows.UnitRowsLFA(random_state=0).fit(X, y, protos)
     assert not np.array_equal(variant.intercept_, default.intercept_)
     four = lfa_with(folds=4)(random_state=0).fit(X, y, protos)
-    assert four.selection_["runs"] == default.selection_["runs"] // 3 * 4  # runs = variants x folds
+    folds = RefineConfig().folds
+    assert four.selection_["runs"] == default.selection_["runs"] // folds * 4  # runs = variants x folds
     again = LFA(random_state=0).fit(X, y, protos)  # nothing global changed
     np.testing.assert_array_equal(again.intercept_, default.intercept_)
     np.testing.assert_array_equal(again.W_, default.W_)

@@ -433,11 +433,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 counts = np.bincount(codes)
                 options = self._fit_options(int(counts[counts > 0].min()), affine_queries(kind, side), side is None,
                                             previous)
-                # widened rows span only the embedding's columns: the map is refined on those rows alone
-                basis = torch.from_numpy(np.ascontiguousarray(matrix.T)).to(device) \
-                    if side == "image" and kind == "widen" else None
-                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options,
-                                         row_basis=basis, **shared)
+                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options, **shared)
         finally:
             bar.close()
         state.classes_, state.n_features_in_, state.text_prototypes_ = classes, d_img, text_prototypes

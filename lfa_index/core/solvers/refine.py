@@ -72,7 +72,6 @@ def refine(
     train_prototypes: bool = False,
     progress: Progress | None = None,
     callback: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor | None], None] | None = None,
-    row_basis: torch.Tensor | None = None,
     callback_steps: Collection[int] | None = None,
 ) -> RefineResult:
     """Refine ``w_init`` for ``steps`` AdamW steps on the ARerank loss.
@@ -99,17 +98,7 @@ def refine(
     callback : called as ``callback(step, W, W_tt, prototypes)`` after each step (1-based);
         ``prototypes`` are the L2-normalised trained prototypes, or None.
     callback_steps : the steps at which ``callback`` is called (default: every step).
-    row_basis : (r, d) orthonormal rows spanning every row of ``x`` and every query the map will
-        meet (narrow rows widened by an isometric embedding). The run then refines the map's r rows
-        in that span, ``B W`` (r × d), on the rows' r coordinates: ``x W = (x Bᵀ)(B W)`` for such
-        rows, at r/d of the cost. Noise and dropout then act in those r coordinates, none is drawn
-        outside the span; the rows of W outside it stay as ``w_init`` has them.
     """
-    if row_basis is not None:
-        return _refine_in_span(row_basis, w_init, x, labels, prototypes, steps=steps, generator=generator, coin=coin,
-                               config=config, horizon=horizon, w_tt_init=w_tt_init, cuda_graph=cuda_graph,
-                               train_prototypes=train_prototypes, progress=progress, callback=callback,
-                               callback_steps=callback_steps)
     horizon = steps if horizon is None else max(int(horizon), int(steps))
     if callback is not None and callback_steps is not None:
         callback = _only_at(callback, frozenset(callback_steps))
@@ -132,24 +121,6 @@ def _only_at(callback: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor |
         if step in steps:
             callback(step, w, w_tt, trained)
     return at
-
-
-def _refine_in_span(basis: torch.Tensor, w_init: torch.Tensor, x: torch.Tensor, labels: torch.Tensor,
-                    prototypes: torch.Tensor, *, w_tt_init: torch.Tensor | None,
-                    callback: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor | None], None] | None,
-                    **run) -> RefineResult:
-    """:func:`refine` of the rows ``B W`` of the map on the rows' coordinates ``x Bᵀ``, lifted back to d × d."""
-    basis = basis.to(device=w_init.device, dtype=w_init.dtype)
-    w_tt0 = torch.eye(w_init.shape[0], device=w_init.device, dtype=w_init.dtype) if w_tt_init is None else w_tt_init
-
-    def lift(w_span: torch.Tensor, w_full: torch.Tensor) -> torch.Tensor:
-        return w_full + basis.T @ (w_span - basis @ w_full)
-
-    lifted = None if callback is None else \
-        (lambda step, w, w_tt, trained: callback(step, lift(w, w_init), lift(w_tt, w_tt0), trained))
-    result = refine(basis @ w_init, x @ basis.T, labels, prototypes, w_tt_init=basis @ w_tt0, callback=lifted, **run)
-    return RefineResult(W=lift(result.W, w_init), W_tt=lift(result.W_tt, w_tt0), loss_curve=result.loss_curve,
-                        prototypes=result.prototypes)
 
 
 def dropout_mask(shape: torch.Size, keep: float, generator: torch.Generator,

@@ -263,7 +263,6 @@ def cross_fitted_evidence(
     folds: Sequence[tuple[np.ndarray, np.ndarray]],
     progress: Progress | None = None,
     blend: bool = False,
-    row_basis: torch.Tensor | None = None,
 ) -> Evidence:
     """Hits of every (variant, steps, map, λ) candidate on every support row, held out once.
 
@@ -338,7 +337,7 @@ def cross_fitted_evidence(
 
                 refine(w0, x_train, y_train, prototypes, steps=horizon, horizon=horizon, generator=gen, coin=coin,
                        config=config, train_prototypes=variant.refine_prototypes, progress=progress,
-                       callback=at_checkpoint, callback_steps=marks, row_basis=row_basis)
+                       callback=at_checkpoint, callback_steps=marks)
     return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
                     served_hits=served_hits, served_scores=served_scores)
 

@@ -125,11 +125,9 @@ def solve_supervised(
     coin: torch.Generator,
     progress: Any = None,
     previous: FittedState | None = None,
-    row_basis: torch.Tensor | None = None,
 ) -> FittedState:
     """Fit the map and the classifier on L2-normalised rows ``x`` (n, d) or (n, V, d), from β-Procrustes
-    or, for a warm start, from the ``previous`` fitted state. ``row_basis`` (r, d): orthonormal rows
-    spanning every row and query (narrow rows widened), refined there (see :func:`refine`)."""
+    or, for a warm start, from the ``previous`` fitted state."""
     device = x.device
     n_classes = prototypes.shape[0]
     x0 = first_view(x)
@@ -193,7 +191,7 @@ def solve_supervised(
         evidence = Evidence.mean([cross_fitted_evidence(
             variants, labels, prototypes, folds=f, horizon=horizon, checkpoints=marks, mixes=options.mixes,
             mappings=options.mappings, kinds=options.kinds, config=config, random_state=seed,
-            progress=progress, blend=options.blend, row_basis=row_basis,
+            progress=progress, blend=options.blend,
         ) for f in repeats])
         selection = choose(evidence, plain, options.mappings[0] if len(options.mappings) == 1 else "task")
         selection.runs = len(variants) * len(folds) * len(repeats) if horizon > 0 else 0
@@ -216,7 +214,7 @@ def solve_supervised(
         w_init, w_tt_init = beta_procrustes(orthogonal_procrustes(fit0, prototypes[labels]), beta.beta), None
     result = refine(w_init, source.fit, labels, prototypes, steps=candidate.steps, horizon=horizon,
                     generator=generator, coin=coin, config=config, w_tt_init=w_tt_init,
-                    train_prototypes=candidate.variant.refine_prototypes, progress=progress, row_basis=row_basis)
+                    train_prototypes=candidate.variant.refine_prototypes, progress=progress)
     served_map = map_for(result.W, result.W_tt, candidate.mapping)
     base = result.prototypes if candidate.variant.refine_prototypes else prototypes
     share = None if selection is None else selection.blend_share  # set by choose() when options.blend, or kept warm
