@@ -79,7 +79,7 @@ def run_one(data, shots: int, seed: int, methods: Sequence[str]) -> list[dict[st
             base_acc = _within(model.decision_function(data.eval_features[eval_base]),
                                data.eval_labels[eval_base], base)
             new_scores = model.decision_function(data.eval_features[eval_new], mapping="tt",
-                                                 prototypes=data.prototypes[new])
+                                                 text_emb=data.prototypes[new])
             new_acc = _within(new_scores, data.eval_labels[eval_new], new)
             extras = {"beta": model.beta_, "new_class_beta": model.new_class_beta_, "steps": model.steps_,
                       "summary": model.summary_}
