@@ -466,3 +466,13 @@ def test_same_records_sees_a_changed_choice_but_not_a_changed_timing(tmp_path, c
     after.write_text(json.dumps({"records": [{**record, "beta": 0.2}]}))
     assert main([str(before), str(after)]) == 1
     assert "'beta'" in capsys.readouterr().out
+
+
+def test_the_base_to_new_harness_runs_every_method_and_scores_new_classes_apart():
+    """Half the classes fitted, the other half added from text: one record per method, accuracies in %."""
+    from benchmarks import base_to_new
+
+    records = base_to_new.run_one(planted_set("p", same_model=True), shots=2, seed=1,
+                                  methods=["zero_shot", "lfa_paper200", "lfa"])
+    assert [r["method"] for r in records] == ["zero_shot", "lfa_paper200", "lfa"]
+    assert all(0.0 <= r[key] <= 100.0 for r in records for key in ("base", "new", "H"))
