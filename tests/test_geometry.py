@@ -90,3 +90,20 @@ def test_four_shots_across_unrelated_spaces_skip_refinement_and_serve_the_suppor
     assert lfa.steps_ == 0 and lfa.beta_ == 0.0 and lfa.prototype_mix_ == 1.0
     assert lfa.beta_selection_ == "procrustes, text uninformative"
     assert lfa.score(xt, yt) > 0.5  # the support alone separates these classes
+
+
+def test_many_classes_are_tested_on_a_seeded_subset_with_the_same_verdicts():
+    """Past MAX_CLASSES the test reads a seeded subset of classes: same answer on a rerun, and unrelated
+    names are still told from a noisy linear image of the rows."""
+    from lfa_index.core.solvers.geometry import MAX_CLASSES
+
+    rng = np.random.default_rng(5)
+    n_classes = MAX_CLASSES + 150
+    x = normalize(rng.standard_normal((n_classes, 48)))
+    y = torch.arange(n_classes)
+    unrelated = normalize(rng.standard_normal((n_classes, 32)))
+    related = normalize(x @ rng.standard_normal((48, 32)) + 0.5 * rng.standard_normal((n_classes, 32)))
+    z = geometry_evidence(f32(x), y, f32(unrelated), random_state=2)
+    assert z == geometry_evidence(f32(x), y, f32(unrelated), random_state=2)
+    assert not geometry_is_informative(f32(x), y, f32(unrelated), random_state=2)
+    assert geometry_is_informative(f32(x), y, f32(related), random_state=2)

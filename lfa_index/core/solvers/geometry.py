@@ -22,6 +22,9 @@ from .beta import IDENTITY_ALPHA
 
 PERMUTATIONS = 200
 """Random class permutations behind the null's mean and spread."""
+MAX_CLASSES = 200
+"""Classes the test reads at most (a seeded subset beyond): each permutation costs C² products, and
+200 classes already tell related spaces from unrelated ones by many standard deviations."""
 
 
 def geometry_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *,
@@ -29,21 +32,25 @@ def geometry_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.T
     """Mantel z-score of the class means' centred Gram matrix against the prototypes'.
 
     ``x`` (n, d) and ``prototypes`` (C, d') need not share a width: only their Gram matrices meet.
-    Classes without rows are left out. Returns +inf (−inf) when the null has no spread and the
-    statistic is above (not above) its mean; 0.0 with fewer than three classes.
+    Classes without rows are left out; of more than :data:`MAX_CLASSES`, a seeded subset is read.
+    Returns +inf (−inf) when the null has no spread and the statistic is above (not above) its
+    mean; 0.0 with fewer than three classes.
     """
     n_classes = prototypes.shape[0]
-    counts = torch.bincount(labels, minlength=n_classes).to(x.dtype)
-    present = counts > 0
-    if int(present.sum()) < 3:
+    counts = torch.bincount(labels, minlength=n_classes).double()
+    present = torch.nonzero(counts > 0).flatten().cpu().numpy()
+    if len(present) < 3:
         return 0.0
+    rng = np.random.default_rng(random_state)
+    if len(present) > MAX_CLASSES:
+        present = np.sort(rng.choice(present, MAX_CLASSES, replace=False))
     sums = torch.zeros(n_classes, x.shape[1], dtype=torch.float64, device=x.device)
     sums.index_add_(0, labels, x.double())
-    means = (sums[present] / counts[present, None].double()).cpu().numpy()
-    protos = prototypes[present].double().cpu().numpy()
+    keep = torch.from_numpy(present).to(x.device)
+    means = (sums[keep] / counts[keep, None].to(x.device)).cpu().numpy()
+    protos = prototypes[keep].double().cpu().numpy()
     gram_x, gram_t = (_centred_gram(m) for m in (means, protos))
     observed = float((gram_x * gram_t).sum())
-    rng = np.random.default_rng(random_state)
     null = np.array([(gram_x * gram_t[np.ix_(p, p)]).sum()
                      for p in (rng.permutation(len(means)) for _ in range(permutations))])
     spread = float(null.std())
@@ -60,7 +67,7 @@ def geometry_is_informative(x: torch.Tensor, labels: torch.Tensor, prototypes: t
     the right way (z > 0), as for :func:`~lfa_index.core.solvers.beta.identity_is_informative`.
     """
     evidence = geometry_evidence(x, labels, prototypes, random_state=random_state)
-    present = int((torch.bincount(labels, minlength=prototypes.shape[0]) > 0).sum())
+    present = min(MAX_CLASSES, int((torch.bincount(labels, minlength=prototypes.shape[0]) > 0).sum()))
     if math.lgamma(present + 1) <= math.log(1.0 / alpha):
         return evidence > 0
     return bool(norm.sf(evidence) < alpha)
