@@ -64,7 +64,15 @@ def identity_is_informative(x: torch.Tensor, labels: torch.Tensor, prototypes: t
     n_classes = prototypes.shape[0]
     if n_classes < 2:
         return False
-    evidence = identity_evidence(x, labels, prototypes)
+    return beyond_chance(identity_evidence(x, labels, prototypes), n_classes, alpha)
+
+
+def beyond_chance(evidence: float, n_classes: int, alpha: float = IDENTITY_ALPHA) -> bool:
+    """Whether a z-score under a class-permutation null is significant at ``alpha`` (one-sided normal).
+
+    With C! ≤ 1/``alpha`` classes no permutation test can reach that level, so the evidence only has
+    to point the right way (z > 0).
+    """
     if math.lgamma(n_classes + 1) <= math.log(1.0 / alpha):
         return evidence > 0
     return bool(norm.sf(evidence) < alpha)

@@ -16,9 +16,8 @@ import math
 
 import numpy as np
 import torch
-from scipy.stats import norm
 
-from .beta import IDENTITY_ALPHA
+from .beta import IDENTITY_ALPHA, beyond_chance
 
 PERMUTATIONS = 200
 """Random class permutations behind the null's mean and spread."""
@@ -68,9 +67,7 @@ def geometry_is_informative(x: torch.Tensor, labels: torch.Tensor, prototypes: t
     """
     evidence = geometry_evidence(x, labels, prototypes, random_state=random_state)
     present = min(MAX_CLASSES, int((torch.bincount(labels, minlength=prototypes.shape[0]) > 0).sum()))
-    if math.lgamma(present + 1) <= math.log(1.0 / alpha):
-        return evidence > 0
-    return bool(norm.sf(evidence) < alpha)
+    return beyond_chance(evidence, present, alpha)
 
 
 def _centred_gram(rows: np.ndarray) -> np.ndarray:
