@@ -435,7 +435,15 @@ def kernel_ridge(
     X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
     choice: KernelRidgeChoice | None = None,
 ) -> np.ndarray:
-    """ProKeR-style predictions: ``s · cos(x, prototypes) + k(x, X) (K + λI)⁻¹ (Y − s · cos(X, prototypes))``.
+    """ProKeR-style predictions: the argmax of :func:`kernel_ridge_logits`."""
+    return np.argmax(kernel_ridge_logits(X, y, X_eval, prototypes, choice), axis=1)
+
+
+def kernel_ridge_logits(
+    X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
+    choice: KernelRidgeChoice | None = None,
+) -> np.ndarray:
+    """ProKeR-style logits (N_eval, C): ``s · cos(x, prototypes) + k(x, X) (K + λI)⁻¹ (Y − s · cos(X, prototypes))``.
 
     Y is the one-hot support labels; ``prototypes`` (from the model of X) give the zero-shot base,
     ``None`` none. ``choice`` defaults to :func:`select_kernel_ridge`.
@@ -452,7 +460,16 @@ def kernel_ridge(
     K = cosine_rbf_kernel(X, X, choice.width)
     dual = np.linalg.solve(K + choice.lam * np.eye(len(X)), residual)
     logits += cosine_rbf_kernel(X_eval, X, choice.width) @ dual
-    return np.argmax(logits, axis=1)
+    return logits
+
+
+def standardised_average(a: np.ndarray, b: np.ndarray, share_b: float = 0.5) -> np.ndarray:
+    """``(1 − share_b) · z(a) + share_b · z(b)``, each row of scores (N, C) standardised over its classes."""
+    def z(scores: np.ndarray) -> np.ndarray:
+        scores = np.asarray(scores, dtype=np.float64)
+        spread = scores.std(axis=1, keepdims=True)
+        return (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
+    return (1.0 - share_b) * z(a) + share_b * z(b)
 
 
 # ---------------------------------------------------------------------------- registry

@@ -9,7 +9,11 @@ and is scored once on the eval rows:
 * ``lfa_paper``: ``LFA.paper(random_state=seed)``; ``lfa_paper200``: ``LFA.paper(steps=200,
   random_state=seed)``, the reference of the cost budget (fitted right before the default);
 * baselines: zero-shot (one model on both sides only), the class mean, the CV-tuned probe, GDA and
-  the ProKeR-style kernel ridge (:mod:`benchmarks.baselines`).
+  the ProKeR-style kernel ridge (:mod:`benchmarks.baselines`);
+* ``lfa_kernel``: evidence, not a baseline: the default's scores and the kernel ridge's logits, each
+  row standardised over its classes, averaged half and half. Where the kernel ridge wins, this says
+  what a classifier that no longer folds into one inner-product search (the kernel needs every
+  support row at query time) would add to the default; it needs ``lfa`` and ``kernel_ridge`` run.
 
 The table gives, per cell, each method's mean and (in brackets) its worst seed, the best baseline
 and the default's margin over it, and the checks of issue 21:
@@ -54,7 +58,15 @@ from lfa_index import LFA
 from lfa_index.files import atomic_write
 
 from .accuracy import CELL_TIME_BUDGET, FIT_TIME_BUDGET, TARGET_MARGIN, core_fingerprint, fit_times, summarize
-from .baselines import BASELINES, FewShotTask, kernel_ridge, linear_probe, select_kernel_ridge, select_linear_probe_C
+from .baselines import (
+    BASELINES,
+    FewShotTask,
+    kernel_ridge_logits,
+    linear_probe,
+    select_kernel_ridge,
+    select_linear_probe_C,
+    standardised_average,
+)
 from .data import DataRootError, describe, sample_support
 from .pairs import DEFAULT_PAIRS, PAIR_NAMES, MissingFeaturesError, add_pair_arguments, load_pair
 
@@ -73,6 +85,7 @@ METHODS: dict[str, str] = {
     "linear_probe_cv": "Probe (CV)",
     "gda": "GDA",
     "kernel_ridge": "Kernel ridge",
+    "lfa_kernel": "Default ⊕ kernel ridge",
 }
 """Method key → column label, in table order."""
 LFA_MODELS = {
@@ -82,23 +95,27 @@ LFA_MODELS = {
 }
 """The LFA fits, in the order they run on each support (the cost reference right before the default)."""
 BASELINE_METHODS: tuple[str, ...] = ("zero_shot", "nearest_class_mean", "linear_probe_cv", "gda", "kernel_ridge")
+COMBINED = "lfa_kernel"
+"""Not a baseline: the default and the kernel ridge averaged (module docstring); needs both runs."""
+COMBINED_SHARE = 0.5
 FLOOR_METHODS: tuple[str, ...] = ("nearest_class_mean", "zero_shot")
 
 
 # ---------------------------------------------------------------------------- one support
 def fit_lfa(method: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any]]:
-    """Eval predictions of one LFA variant, its fit seconds (wall and CPU) and what it chose."""
+    """Eval scores (N_eval, C) of one LFA variant, its fit seconds (wall and CPU) and what it chose."""
     model = LFA_MODELS[method](task.seed)
     start, cpu = time.perf_counter(), time.process_time()
     model.fit(task.X, task.y, task.prototypes)
     fit_seconds, fit_cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     chosen = {key: getattr(model, f"{key}_", None) for key in ("beta", "steps", "beta_selection", "summary")}
     extras = {"fit_seconds": fit_seconds, "fit_cpu_seconds": fit_cpu_seconds, **chosen}
-    return model.predict(task.X_eval), extras
+    return model.decision_function(task.X_eval), extras
 
 
 def run_method(method: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, Any]]:
-    """Eval predictions of ``method`` on ``task`` and what it chose (LFA's β and summary, C, kernel ridge's grid)."""
+    """Eval predictions of ``method`` on ``task`` (or its scores (N_eval, C), for LFA and the kernel
+    ridge) and what it chose (LFA's β and summary, C, kernel ridge's grid)."""
     if method in LFA_MODELS:
         return fit_lfa(method, task)
     if method == "linear_probe_cv":
@@ -106,8 +123,8 @@ def run_method(method: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, An
         return linear_probe(task.X, task.y, task.X_eval, C=C), {"C": C}
     if method == "kernel_ridge":
         choice = select_kernel_ridge(task.X, task.y, task.text_prototypes)
-        pred = kernel_ridge(task.X, task.y, task.X_eval, task.text_prototypes, choice=choice)
-        return pred, {"width": choice.width, "lam": choice.lam, "scale": choice.scale, "loo_error": choice.loo_error}
+        logits = kernel_ridge_logits(task.X, task.y, task.X_eval, task.text_prototypes, choice=choice)
+        return logits, {"width": choice.width, "lam": choice.lam, "scale": choice.scale, "loo_error": choice.loo_error}
     return BASELINES[method](task), {}
 
 
@@ -117,16 +134,25 @@ def run_support(data: Any, shots: int, seed: int, methods: Sequence[str]) -> lis
     task = FewShotTask(X=data.pool_features[idx], y=data.pool_labels[idx], prototypes=data.prototypes,
                        X_eval=data.eval_features, same_model=data.same_model, seed=seed)
     ordered = [m for m in (*LFA_MODELS, *BASELINE_METHODS) if m in methods]
-    records = []
+    records, scores = [], {}
+
+    def record(method: str, pred: np.ndarray, seconds: float, extras: dict[str, Any]) -> None:
+        records.append({"set": data.name, "shots": shots, "seed": seed, "method": method,
+                        "same_model": data.same_model, "n_support": int(len(idx)),
+                        "accuracy": float(np.mean(pred == data.eval_labels)), "seconds": seconds, **extras})
+
     for method in ordered:
         if method == "zero_shot" and not data.same_model:
             continue
         start = time.perf_counter()
         pred, extras = run_method(method, task)
-        records.append({"set": data.name, "shots": shots, "seed": seed, "method": method,
-                        "same_model": data.same_model, "n_support": int(len(idx)),
-                        "accuracy": float(np.mean(pred == data.eval_labels)),
-                        "seconds": time.perf_counter() - start, **extras})
+        if pred.ndim == 2:  # scores
+            scores[method], pred = pred, np.argmax(pred, axis=1)
+        record(method, pred, time.perf_counter() - start, extras)
+    if COMBINED in methods and {"lfa", "kernel_ridge"} <= scores.keys():
+        start = time.perf_counter()
+        combined = standardised_average(scores["lfa"], scores["kernel_ridge"], COMBINED_SHARE)
+        record(COMBINED, np.argmax(combined, axis=1), time.perf_counter() - start, {"share": COMBINED_SHARE})
     return records
 
 
@@ -189,10 +215,14 @@ def cells(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["best_baseline"], row["best"] = best, baselines.get(best)
             default = cell.get("lfa", {}).get("mean")
             row["margin"] = None if best is None or default is None else default - baselines[best]
+            combined = cell.get(COMBINED, {}).get("mean")
+            row["margin_combined"] = None if best is None or combined is None else combined - baselines[best]
             row["collapses_default"] = collapses(cell, "lfa")
             row["collapses_paper"] = collapses(cell, "lfa_paper")
             row["b_met"] = None if shots not in TARGET_SHOTS or row["margin"] is None else \
                 row["margin"] >= -TARGET_MARGIN
+            row["b_met_combined"] = None if shots not in TARGET_SHOTS or row["margin_combined"] is None else \
+                row["margin_combined"] >= -TARGET_MARGIN
             out.append(row)
     return out
 
@@ -206,11 +236,15 @@ def verdict(rows: Sequence[dict[str, Any]], cost: dict[str, Any]) -> dict[str, A
                 "met": failing == 0 if checked else None}
 
     b_rows = [r for r in rows if r["b_met"] is not None]
+    combined_rows = [r for r in rows if r.get("b_met_combined") is not None]
     return {
         "a_default": no_collapse("collapses_default", "lfa"),
         "a_paper": no_collapse("collapses_paper", "lfa_paper"),
         "b": {"failing_cells": sum(not r["b_met"] for r in b_rows), "cells": len(b_rows),
               "met": all(r["b_met"] for r in b_rows) if b_rows else None},
+        "b_combined": {"failing_cells": sum(not r["b_met_combined"] for r in combined_rows),
+                       "cells": len(combined_rows),
+                       "met": all(r["b_met_combined"] for r in combined_rows) if combined_rows else None},
         "cost_total": {"ratio": cost["total_ratio"], "budget": FIT_TIME_BUDGET,
                        "met": None if cost["total_ratio"] is None else cost["total_ratio"] <= FIT_TIME_BUDGET},
         "cost_cell": {"ratio": cost["max_cell_ratio"], "budget": CELL_TIME_BUDGET,
@@ -249,7 +283,9 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{v['a_default']['seeds']} seeds fail); `LFA.paper()` {_met(v['a_paper']['met'])} "
         f"({v['a_paper']['failing_seeds']} of {v['a_paper']['seeds']} seeds fail)",
         f"- (b) at {' and '.join(map(str, TARGET_SHOTS))} shots, default mean ≥ best baseline − {TARGET_MARGIN}: "
-        f"{_met(v['b']['met'])} ({v['b']['failing_cells']} of {v['b']['cells']} cells fail)",
+        f"{_met(v['b']['met'])} ({v['b']['failing_cells']} of {v['b']['cells']} cells fail); the same check for "
+        f"the default ⊕ kernel ridge (evidence, not foldable into one search): {_met(v['b_combined']['met'])} "
+        f"({v['b_combined']['failing_cells']} of {v['b_combined']['cells']} cells fail)",
         f"- cost, default / `LFA.paper(steps=200)`: total {_ratio(v['cost_total']['ratio'])} (≤ {FIT_TIME_BUDGET:g}×: "
         f"{_met(v['cost_total']['met'])}), worst cell {_ratio(v['cost_cell']['ratio'])} (≤ {CELL_TIME_BUDGET:g}×: "
         f"{_met(v['cost_cell']['met'])})", "",
@@ -369,6 +405,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.merge and args.name is None:
         parser.error("--merge needs --name, the stem of the merged files (e.g. --name robustness): a merge would "
                      "otherwise overwrite robustness.json")
+    if not args.merge and COMBINED in args.methods and not {"lfa", "kernel_ridge"} <= set(args.methods):
+        parser.error(f"--methods {COMBINED} averages the default and the kernel ridge: add lfa and kernel_ridge.")
     args.name = args.name or "robustness"
     return args
 

@@ -308,6 +308,15 @@ def planted_set(name: str, *, same_model: bool, seed: int = 0):
                          description=f"planted {name}")
 
 
+def test_the_standardised_average_weighs_each_side_by_its_share_whatever_its_scale():
+    a = np.array([[0.0, 1.0, 3.0]])  # picks class 2
+    b = 100 * np.array([[3.0, 1.0, 0.0]])  # the mirror image, on a scale 100 times larger: picks class 0
+    assert np.argmax(bl.standardised_average(a, b, 0.6)) == 0 and np.argmax(bl.standardised_average(a, b, 0.4)) == 2
+    assert np.argmax(bl.standardised_average(a, b, 0.0)) == 2 and np.argmax(bl.standardised_average(a, b, 1.0)) == 0
+    np.testing.assert_allclose(bl.standardised_average(a, 7 * a + 3, 0.5), bl.standardised_average(a, a, 0.5))
+    assert np.isfinite(bl.standardised_average(np.ones((2, 3)), a.repeat(2, 0))).all()  # a flat row stays finite
+
+
 def test_a_seed_is_a_collapse_only_more_than_two_points_below_the_larger_of_class_mean_and_zero_shot():
     from benchmarks import robustness
 
@@ -326,6 +335,9 @@ def test_a_seed_is_a_collapse_only_more_than_two_points_below_the_larger_of_clas
     assert row["b_met"] is True
     worse = [r if r["method"] != "zero_shot" else {**r, "accuracy": 0.73} for r in records]
     assert robustness.cells(worse)[0]["b_met"] is False
+    assert row["b_met_combined"] is None  # no default ⊕ kernel ridge run
+    combined = robustness.cells(records + [record("lfa_kernel", s, 69.8) for s in (1, 2, 3)])[0]
+    assert combined["margin_combined"] == pytest.approx(-0.2) and combined["b_met_combined"] is True
     # without the class mean the check cannot be made
     assert robustness.cells([r for r in records if r["method"] != "nearest_class_mean"])[0]["collapses_default"] is None
 
@@ -353,6 +365,12 @@ def test_the_pair_matrix_runs_in_parts_writes_its_table_and_merges(tmp_path, mon
     assert [c["pair"] for c in merged["cells"]] == ["minilm~minilm", "static64~minilm"]
     table = (tmp_path / "both.md").read_text()
     assert "static64~minilm" in table and "Kernel ridge" in table and "## Cost" in table
+    # the default ⊕ kernel ridge: one record per support where both ran, its own check of (b)
+    combined = [r for r in merged["records"] if r["method"] == "lfa_kernel"]
+    assert [r["seed"] for r in combined] == [1, 2] and all(0 <= r["accuracy"] <= 1 for r in combined)
+    assert merged["verdict"]["b_combined"]["cells"] == 0 and "Default ⊕ kernel ridge" in table  # 2 shots: no (b)
+    with pytest.raises(SystemExit):  # the average needs both of its parts
+        robustness.main(["--pairs", "minilm~minilm", "--methods", "lfa", "lfa_kernel", *common])
     assert merged["meta"]["command"].endswith("--merge a b --name both --out-dir " + str(tmp_path))
     with pytest.raises(SystemExit, match="share"):
         robustness.main(["--merge", "a", "a", "--name", "twice", "--out-dir", str(tmp_path)])
