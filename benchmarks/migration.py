@@ -6,7 +6,9 @@ another width) the store holds the 1,400 Cranfield documents embedded by the **o
 one run: the legacy model (old queries on the old store), a full re-index (new queries on the new
 model's documents), Procrustes, centred Procrustes, ridge (scikit-learn ``RidgeCV``, with
 intercept) and ``EmbeddingAligner``, fitted on pairs drawn from 100, 300 or all 1,400 documents,
-or on 5,000 unrelated sentences (Banking77 and AG News; no Cranfield text among them).
+the same documents with their first sentences as more pairs (``"300+sentences"``: the new side
+embeds the sentences in its query role, as queries are), or on 5,000 unrelated sentences
+(Banking77 and AG News; no Cranfield text among them).
 nDCG@10 and recall@100 over the 225 queries with the corrected graded judgements; the share of
 the re-index's nDCG@10 in brackets. Pairs are embedded in the document role (e5 ``passage:``), as
 a store's rows are; where the new model has a query role of its own (e5 ``query:``), the aligner
@@ -49,7 +51,8 @@ RESULTS = Path(__file__).parent / "results"
 DIRECTIONS: tuple[tuple[str, str], ...] = (
     ("minilm", "e5-small"), ("e5-small", "minilm"), ("static-64", "minilm"), ("minilm", "static-64"),
 )
-PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "unrelated")
+WITH_SENTENCES = "+sentences"
+PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "100+sentences", "300+sentences", "1400+sentences", "unrelated")
 PAIR_SEED = 0
 RIDGE_ALPHAS = np.logspace(-3, 3, 13)
 MUSE_ITERATIONS, CSLS_K = 5, 10
@@ -76,6 +79,23 @@ def baselines(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray) -> dict
     }
 
 
+def pairs(count: int | str, new: Any, old: Any, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of one row: ``count`` documents (a seeded draw), those documents and their first
+    sentences (``"300+sentences"``; the new side in its query role, the old side in its document
+    role), or the unrelated sentences."""
+    if count == "unrelated":
+        return new.unrelated, old.unrelated
+    sentences = isinstance(count, str) and count.endswith(WITH_SENTENCES)
+    n = int(count[: -len(WITH_SENTENCES)]) if sentences else int(count)
+    picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n]
+    x_new, x_old = new.documents[picked], old.documents[picked]
+    if sentences:
+        views = np.flatnonzero(np.isin(new.sentence_of, picked))
+        x_new = np.concatenate([x_new, new.first_sentences[views]])
+        x_old = np.concatenate([x_old, old.first_sentences_as_documents[views]])
+    return x_new, x_old
+
+
 def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dict[int, int]],
                   counts: tuple[int | str, ...] = PAIR_COUNTS) -> list[dict[str, Any]]:
     """Every row of one direction (one per pair count)."""
@@ -90,11 +110,7 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
     reindex = fixed["full re-index (new model)"][0]
     out = []
     for count in counts:
-        if count == "unrelated":
-            x_new, x_old = rows[new].unrelated, rows[old].unrelated
-        else:
-            picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[: int(count)]
-            x_new, x_old = rows[new].documents[picked], rows[old].documents[picked]
+        x_new, x_old = pairs(count, rows[new], rows[old], n_docs)
         results, candidates = dict(fixed), None
         for name, mapped in baselines(x_new, x_old, queries).items():
             results[name] = ndcg_recall(scores(mapped, store), qrels)
@@ -203,7 +219,8 @@ def table(records: list[dict[str, Any]]) -> str:
             v = r["results"].get(m)
             cells.append("" if v is None else
                          f"{v['ndcg10']:.3f} / {v['recall100']:.3f} ({100 * v['share_of_reindex']:.0f}%)")
-        label = "5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}"
+        label = ("5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}" if isinstance(r["pairs"], int)
+                 else f"{int(r['pairs'][:-len(WITH_SENTENCES)]):,} + first sentences ({r['n_pairs']:,} pairs)")
         lines.append(f"| {r['new']} -> {r['old']} | {label} | " + " | ".join(cells)
                      + f" | {'yes' if r['aligner_above_simple'] else 'no'} |")
     return "\n".join(lines)
@@ -241,10 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_data_argument(parser)
     parser.add_argument("--pairs", nargs="+", default=[str(c) for c in PAIR_COUNTS],
-                        help="pair counts to run (100, 300, 1400, unrelated; default all)")
+                        help="pair counts to run (100, 300, 1400, 300+sentences, ..., unrelated; default all)")
     parser.add_argument("--name", default="migration", help="results file name (default migration)")
     args = parser.parse_args(argv)
-    counts = tuple(c if c == "unrelated" else int(c) for c in args.pairs)
+    counts = tuple(int(c) if c.isdigit() else c for c in args.pairs)
+    bad = [c for c in counts if isinstance(c, str) and c != "unrelated" and not (
+        c.endswith(WITH_SENTENCES) and c[: -len(WITH_SENTENCES)].isdigit())]
+    if bad:
+        parser.error(f"--pairs {bad[0]!r}: give a count (300), a count and its documents' first sentences "
+                     "(300+sentences), or unrelated.")
     started = time.perf_counter()
     data = load_cranfield(args.data)
     unrelated = unrelated_texts(args.data)

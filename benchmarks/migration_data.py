@@ -9,6 +9,8 @@
   ``.cache/lfa-bench/encoders``: a rerun costs nothing. Each model embeds documents and pairs in
   its document role and queries in its query role (e5: ``passage:`` / ``query:``; MiniLM and
   static-64 have one role).
+* **Short views**: the first sentence of each document with more than one
+  (:func:`lfa_index.adapters.first_sentence`), embedded in both roles: pairs of the queries' length.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.data import CACHE_DIR, data_root
-from lfa_index.adapters import make_encoder
+from lfa_index.adapters import first_sentence, make_encoder
 
 ENCODER_CACHE = CACHE_DIR / "encoders"
 MODELS: dict[str, tuple[str, str]] = {  # name -> (document-role SPEC, query-role SPEC)
@@ -99,17 +101,27 @@ class ModelRows:
     queries: np.ndarray
     unrelated: np.ndarray
     unrelated_queries: np.ndarray
+    first_sentences: np.ndarray  # query role: each document's first sentence (``first_sentence``), where it has one
+    sentence_of: np.ndarray  # the document index of each row of first_sentences
+    first_sentences_as_documents: np.ndarray  # the same sentences in the document role
 
 
 def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
     """Every row the benchmark needs of model ``name`` (a key of :data:`MODELS`)."""
     document_spec, query_spec = MODELS[name]
     unrelated_rows = embed(document_spec, unrelated)
+    views = [first_sentence(d) for d in data.documents]
+    sentence_of = np.array([i for i, v in enumerate(views) if v is not None])
+    sentences = [views[i] for i in sentence_of]
+    sentence_rows = embed(query_spec, sentences)
     return ModelRows(
         documents=embed(document_spec, data.documents),
         queries=embed(query_spec, data.queries),
         unrelated=unrelated_rows,
         unrelated_queries=unrelated_rows if query_spec == document_spec else embed(query_spec, unrelated),
+        first_sentences=sentence_rows,
+        sentence_of=sentence_of,
+        first_sentences_as_documents=sentence_rows if query_spec == document_spec else embed(document_spec, sentences),
     )
 
 

@@ -494,3 +494,34 @@ def test_the_base_to_new_harness_runs_every_method_and_scores_new_classes_apart(
                                   methods=["zero_shot", "lfa_paper200", "lfa"])
     assert [r["method"] for r in records] == ["zero_shot", "lfa_paper200", "lfa"]
     assert all(0.0 <= r[key] <= 100.0 for r in records for key in ("base", "new", "H"))
+
+
+def test_migration_pairs_add_each_drawn_documents_first_sentence_in_the_right_roles():
+    from benchmarks.migration import PAIR_SEED, pairs
+    from benchmarks.migration_data import ModelRows
+
+    rng = np.random.default_rng(0)
+
+    def rows(width: int) -> ModelRows:
+        docs, sent_q, sent_d = (rng.normal(size=(n, width)).astype(np.float32) for n in (10, 6, 6))
+        return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[:3],
+                         first_sentences=sent_q, sentence_of=np.array([0, 2, 3, 5, 7, 9]),
+                         first_sentences_as_documents=sent_d)
+
+    new, old = rows(4), rows(3)
+    picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
+    x_new, x_old = pairs("5+sentences", new, old, 10)
+    views = [i for i, doc in enumerate([0, 2, 3, 5, 7, 9]) if doc in set(picked.tolist())]
+    np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.first_sentences[views]]))
+    expected_old = np.concatenate([old.documents[picked], old.first_sentences_as_documents[views]])
+    np.testing.assert_array_equal(x_old, expected_old)
+    plain_new, _ = pairs(5, new, old, 10)
+    np.testing.assert_array_equal(plain_new, new.documents[picked])
+
+
+def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):
+    from benchmarks.migration import main
+
+    with pytest.raises(SystemExit):
+        main(["--pairs", "300+titles"])
+    assert "300+sentences" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from lfa_index import EmbeddingAligner
-from lfa_index.adapters import ENCODER_FORMS, load_embeddings
+from lfa_index.adapters import ENCODER_FORMS, load_embeddings, with_first_sentences
 from lfa_index.errors import CLIError
 
 from .console import Console
@@ -36,6 +36,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--new-model", metavar="SPEC",
                    help="encoder of --texts on the new side, in the role queries will have (e5-small: query)")
     p.add_argument("--old-model", metavar="SPEC", help="encoder of --texts on the old side (the store's model)")
+    p.add_argument("--first-sentences", action=argparse.BooleanOptionalAction, default=True,
+                   help="also pair the first sentence of each text of --texts that has more than one: pairs as "
+                        "short as queries (default on; see docs/migration.md)")
     p.add_argument("--query-sample", metavar="FILE",
                    help="new-model query embeddings (unpaired) when the pairs' new side was embedded in another "
                         "role (e5 passages): a centred map is served around their mean")
@@ -63,8 +66,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         if not (args.new_model and args.old_model):
             raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
-        sample = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
-        console.note(f"embedding {len(sample)} texts with {args.new_model} and {args.old_model}")
+        texts_read = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
+        sample = with_first_sentences(texts_read) if args.first_sentences else list(texts_read)
+        extra = f" and {len(sample) - len(texts_read)} first sentences" if len(sample) > len(texts_read) else ""
+        console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model} and {args.old_model}")
         x_new = encoder_from_args(args, console, args.new_model).embed_texts(sample)
         x_old = encoder_from_args(args, console, args.old_model).embed_texts(sample)
     steps = args.steps if args.steps in ("auto", "0") else positive_int(args.steps, "--steps")
