@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from scipy.linalg import orthogonal_procrustes
 
 from lfa_index import (
     DimensionMismatchError,
@@ -75,6 +76,25 @@ def test_a_narrow_cone_is_centred_and_beats_uncentred_procrustes():
     assert aligner.center_ and not plain.center_
     assert partner_top1(aligner, x, y) > partner_top1(plain, x, y) + 0.2
     assert aligner.selection_["candidates"]["Procrustes, centred"] > aligner.selection_["candidates"]["Procrustes"]
+
+
+def test_a_new_model_that_crowds_directions_is_whitened_before_procrustes():
+    # the new model squeezes some latent directions (e5's cone, a static model's few strong axes):
+    # no orthogonal map undoes that, whitening the new rows first does
+    rng = np.random.default_rng(4)
+    latent = rng.standard_normal((600, 16))
+    x = l2_normalize(latent * np.geomspace(0.05, 1.0, 16))
+    y = l2_normalize(latent @ np.linalg.qr(rng.standard_normal((16, 16)))[0])
+    aligner = EmbeddingAligner(steps=0, random_state=0).fit(x[:400], y[:400])
+    table = aligner.selection_["candidates"]
+    assert aligner.method_.startswith("whitened Procrustes")
+    assert max(v for k, v in table.items() if k.startswith("whitened")) > table["Procrustes"] + 0.05
+    held = x[400:] - aligner.mean_
+    norms = np.linalg.norm(held @ aligner.W_, axis=1).mean() / np.linalg.norm(held, axis=1).mean()
+    assert norms == pytest.approx(1.0, rel=0.2)  # scaled as an orthogonal map would be
+    procrustes = orthogonal_procrustes(x[:400], y[:400])[0]
+    plain = (l2_normalize(x[400:] @ procrustes) @ y[400:].T).argmax(axis=1) == np.arange(200)
+    assert partner_top1(aligner, x[400:], y[400:]) > plain.mean() + 0.05
 
 
 def test_the_identity_is_kept_when_both_rows_come_from_one_model():

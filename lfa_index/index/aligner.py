@@ -44,8 +44,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
     ``fit(X_new, X_old)`` takes the same items embedded by both models (any widths; the items need
     not be in the store). ``transform(X_new)`` returns unit rows in the old space, so a store filled
     by the old model answers queries embedded by the new one: ``z = normalize((x̂ − μ) W)``, one
-    GEMV per query. Each pair is its own class (LFA's uni-modal setting): centring, (β-)Procrustes
-    and ARerank refinement with in-batch negatives, the options and step count chosen on held-out
+    GEMV per query. Each pair is its own class (LFA's uni-modal setting): centring, (β-, whitened)
+    Procrustes and ARerank refinement with in-batch negatives, the options and step count chosen on held-out
     pairs (see :mod:`lfa_index.core.solvers.migration`).
 
     Parameters
@@ -54,7 +54,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         Subtract the pairs' mean from the new rows before Procrustes (and serve ``x̂ − μ``).
         "auto" tries both on held-out pairs; e5's narrow cone needs it.
     maps : {"orthogonal", "all"}, default="orthogonal"
-        Closed forms tried: (β-)Procrustes, or also the least-squares maps (ridge regressions,
+        Closed forms tried: (β-)Procrustes and whitened Procrustes (the new rows whitened with a
+        shrunk covariance first), or also the least-squares maps (ridge regressions,
         forward and score-preserving), which fit the pairs' own distribution and carry over to
         queries worse (see ``docs/migration.md``).
     steps : "auto" or int >= 0, default="auto"
