@@ -43,9 +43,10 @@ from .refine import Progress, cosine_learning_rates, dropout_mask
 KINDS: tuple[str, ...] = ("orthogonal", "whitened", "forward", "scores")
 """The closed-form maps (see the module docstring)."""
 DEFAULT_KINDS: tuple[str, ...] = ("orthogonal", "whitened")
-"""What the default tries: the least-squares maps fit the pairs' own distribution and carry over
-to queries worse than the orthogonal ones (``benchmarks/results/migration.md``), while held-out
-pairs, drawn from that same distribution, cannot see it; they are options."""
+"""What the default tries (the orthogonal and whitened Procrustes maps): the least-squares maps fit
+the pairs' own distribution and carry over to queries worse than the orthogonal ones
+(``benchmarks/results/migration.md``), while held-out pairs, drawn from that same distribution,
+cannot see it; they are options."""
 WHITEN_GRID: tuple[float, ...] = (1.0, 3.0)
 """Shrinkage of the whitened maps' covariance, relative to its mean eigenvalue. Less shrinkage
 (0.3) won on held-out pairs and lost on Cranfield's queries (e5 -> MiniLM, nDCG@10 0.463 against
@@ -93,7 +94,7 @@ class Recipe:
             parts.append(f"β={self.penalty:g}")
         elif self.kind == "whitened":
             parts.append(f"shrinkage {self.penalty:g}")
-        elif self.penalty is not None and self.kind not in ("orthogonal", "whitened"):
+        elif self.penalty is not None and self.kind != "orthogonal":
             parts.append(f"λ={self.penalty:g}")
         parts += ["centred"] if self.center else []
         return ", ".join(parts)
