@@ -41,7 +41,7 @@ import torch
 from sklearn.linear_model import RidgeCV
 
 from benchmarks.data import add_data_argument
-from benchmarks.migration_data import MODELS, load_cranfield, model_rows, ndcg_recall, unrelated_texts
+from benchmarks.migration_data import MODELS, ModelRows, load_cranfield, model_rows, ndcg_recall, unrelated_texts
 from lfa_index import EmbeddingAligner
 from lfa_index.arrays import l2_normalize
 from lfa_index.core.solvers.matching import fit_unpaired
@@ -79,7 +79,7 @@ def baselines(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray) -> dict
     }
 
 
-def pairs(count: int | str, new: Any, old: Any, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
     """The pairs of one row: ``count`` documents (a seeded draw), those documents and their first
     sentences (``"300+sentences"``; the new side in its query role, the old side in its document
     role), or the unrelated sentences."""

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import torch
 
 from benchmarks.data import add_data_argument
 from benchmarks.migration import PAIR_SEED, procrustes
 from benchmarks.migration_data import MODELS, embed, load_cranfield, model_rows, ndcg_recall, unrelated_texts
 from lfa_index import EmbeddingAligner
 from lfa_index.arrays import l2_normalize
+from lfa_index.core.solvers.migration import whitened_procrustes
 
 SHRINKAGE = (0.01, 0.1, 1.0)
 """Whitening shrinkage, relative to the covariance's mean eigenvalue."""
@@ -49,7 +51,8 @@ def probes(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray, query_samp
         wx, wy = matrix_power(np.cov(a.T), -0.5, s), matrix_power(np.cov(b.T), -0.5, s)
         r = procrustes(a @ wx, b @ wy)
         out[f"whitened Procrustes, s={s:g}"] = (queries - query_mean) @ wx @ r @ matrix_power(np.cov(b.T), 0.5, s)
-        out[f"new side whitened, s={s:g}"] = (queries - query_mean) @ wx @ procrustes(a @ wx, b)
+        w_new = whitened_procrustes(torch.from_numpy(a), torch.from_numpy(b), s).numpy()  # the aligner's kind
+        out[f"new side whitened, s={s:g}"] = (queries - query_mean) @ w_new
     for steps in (100, 300):
         aligner = EmbeddingAligner(steps=steps, center=True, random_state=0).fit(x_new, x_old, queries=query_sample)
         out[f"{steps} refinement steps, queries' mean"] = aligner.transform(queries)
