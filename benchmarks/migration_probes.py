@@ -53,6 +53,8 @@ def probes(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray, query_samp
         out[f"whitened Procrustes, s={s:g}"] = (queries - query_mean) @ wx @ r @ matrix_power(np.cov(b.T), 0.5, s)
         w_new = whitened_procrustes(torch.from_numpy(a), torch.from_numpy(b), s).numpy()  # the aligner's kind
         out[f"new side whitened, s={s:g}"] = (queries - query_mean) @ w_new
+    out["aligner (the default), queries' mean"] = EmbeddingAligner(random_state=0).fit(
+        x_new, x_old, queries=query_sample).transform(queries)
     for steps in (100, 300):
         aligner = EmbeddingAligner(steps=steps, center=True, random_state=0).fit(x_new, x_old, queries=query_sample)
         out[f"{steps} refinement steps, queries' mean"] = aligner.transform(queries)
@@ -61,6 +63,8 @@ def probes(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray, query_samp
         w_more = procrustes(more_new - more_new.mean(axis=0), more_old - more_old.mean(axis=0))
         out["with the unrelated pairs added, queries' mean"] = (queries - query_mean) @ w_more
     if query_role_pairs is not None:
+        own_role = EmbeddingAligner(random_state=0).fit(x_new, x_old, queries=query_role_pairs)
+        out["aligner, served around the pairs' query-role mean"] = own_role.transform(queries)
         q_mean = query_role_pairs.mean(axis=0)
         out["pairs in the query role, their mean"] = (queries - q_mean) @ procrustes(query_role_pairs - q_mean, b)
         w_role = procrustes(query_role_pairs - q_mean, b)
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
                     (rows[new].unrelated_queries, rows[old].unrelated))
     for name, z in mapped.items():
         ndcg = ndcg_recall(l2_normalize(z.astype(np.float32)) @ store.T, data.qrels)[0]
-        print(f"  {name:<45} {ndcg:.3f} ({100 * ndcg / reindex:.0f} %)", flush=True)
+        print(f"  {name:<50} {ndcg:.3f} ({100 * ndcg / reindex:.0f} %)", flush=True)
 
 
 if __name__ == "__main__":
