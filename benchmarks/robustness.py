@@ -8,6 +8,9 @@ and is scored once on the eval rows:
   recorded so that a collapse can be traced;
 * ``lfa_paper``: ``LFA.paper(random_state=seed)``; ``lfa_paper200``: ``LFA.paper(steps=200,
   random_state=seed)``, the reference of the cost budget (fitted right before the default);
+  ``lfa_paper200_auto``: the same fit in the default's arithmetic (``precision="auto"``: bf16-mixed on
+  a CPU with native bf16, where :meth:`LFA.paper` pins float32), so that the cost ratio can also be
+  read at equal arithmetic;
 * baselines: zero-shot (one model on both sides only), the class mean, the CV-tuned probe, GDA and
   the ProKeR-style kernel ridge (:mod:`benchmarks.baselines`);
 * ``lfa_kernel``: evidence, not a baseline: the default's scores and the kernel ridge's logits, each
@@ -80,6 +83,7 @@ METHODS: dict[str, str] = {
     "lfa": "Default",
     "lfa_paper": "Paper",
     "lfa_paper200": "Paper, 200 steps",
+    "lfa_paper200_auto": "Paper, 200 steps, default arithmetic",
     "zero_shot": "Zero-shot",
     "nearest_class_mean": "Class mean",
     "linear_probe_cv": "Probe (CV)",
@@ -92,6 +96,7 @@ LFA_MODELS = {
     "lfa_paper200": lambda seed: LFA.paper(steps=200, random_state=seed),
     "lfa": lambda seed: LFA(random_state=seed),
     "lfa_paper": lambda seed: LFA.paper(random_state=seed),
+    "lfa_paper200_auto": lambda seed: LFA.paper(steps=200, precision="auto", random_state=seed),
 }
 """The LFA fits, in the order they run on each support (the cost reference right before the default)."""
 BASELINE_METHODS: tuple[str, ...] = ("zero_shot", "nearest_class_mean", "linear_probe_cv", "gda", "kernel_ridge")
@@ -288,7 +293,8 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"({v['b_combined']['failing_cells']} of {v['b_combined']['cells']} cells fail)",
         f"- cost, default / `LFA.paper(steps=200)`: total {_ratio(v['cost_total']['ratio'])} (≤ {FIT_TIME_BUDGET:g}×: "
         f"{_met(v['cost_total']['met'])}), worst cell {_ratio(v['cost_cell']['ratio'])} (≤ {CELL_TIME_BUDGET:g}×: "
-        f"{_met(v['cost_cell']['met'])})", "",
+        f"{_met(v['cost_cell']['met'])})",
+        *same_arithmetic_line(records), "",
         "## Accuracy: mean over seeds (worst seed)", "",
     ]
     shown = [m for m in METHODS if any(m in r["methods"] for r in rows)]
@@ -312,18 +318,44 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                   "Wall-clock seconds (the budget's measure); the last column is the same ratio in CPU seconds, "
                   "steadier where other jobs share the machine.", "",
                   "| Pair | Shots | Rows | Width d | Paper, 200 steps (s) | Paper (s) | Default (s) | Ratio | "
-                  "Ratio, CPU s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "Ratio, CPU s | Paper, 200 steps, default arithmetic (s) | Ratio to it |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        auto = same_arithmetic(records)
+        auto_new = sum(c["new"] for c in cost["cells"] if (c["set"], c["shots"]) in auto)
         for c in cost["cells"]:
             over = "" if c["ratio"] <= CELL_TIME_BUDGET else " (over)"
             paper = "–" if c["paper"] is None else f"{c['paper']:.2f}"
             key = (c["set"], c["shots"])
             lines.append(f"| {c['set']} | {c['shots']} | {support.get(key, '–')} | "
                          f"{meta['pairs'][c['set']]['feature_dim']} | {c['paper200']:.2f} | {paper} | {c['new']:.2f} | "
-                         f"{c['ratio']:.2f}{over} | {_ratio(cpu_ratio.get(key), '')} |")
+                         f"{c['ratio']:.2f}{over} | {_ratio(cpu_ratio.get(key), '')} | "
+                         + (f"{auto[key]:.2f} | {c['new'] / auto[key]:.2f} |" if key in auto else "– | – |"))
         lines += [f"| **all** | | | | {cost['total_paper200']:.1f} | {cost['total_paper']:.1f} | "
-                  f"{cost['total_new']:.1f} | **{cost['total_ratio']:.2f}** | {_ratio(cpu['total_ratio'], '')} |", ""]
+                  f"{cost['total_new']:.1f} | **{cost['total_ratio']:.2f}** | {_ratio(cpu['total_ratio'], '')} | "
+                  + (f"{sum(auto.values()):.1f} | {auto_new / sum(auto.values()):.2f} |" if auto else "– | – |"), ""]
     lines += choices_section(records)
     return "\n".join(lines)
+
+
+def same_arithmetic(records: Sequence[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """Mean fit seconds of ``LFA.paper(steps=200)`` in the default's arithmetic, per (pair, shots)."""
+    times: dict[tuple[str, int], list[float]] = {}
+    for r in records:
+        if r["method"] == "lfa_paper200_auto":
+            times.setdefault((r["set"], r["shots"]), []).append(r["fit_seconds"])
+    return {key: float(np.mean(t)) for key, t in times.items()}
+
+
+def same_arithmetic_line(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The cost check against the paper's fit in the default's arithmetic (none without its records)."""
+    ref, cost = same_arithmetic(records), fit_times(records)
+    cells = [c for c in cost["cells"] if (c["set"], c["shots"]) in ref]
+    if not cells:
+        return []
+    total = sum(c["new"] for c in cells) / sum(ref[(c["set"], c["shots"])] for c in cells)
+    worst = max(c["new"] / ref[(c["set"], c["shots"])] for c in cells)
+    return [f"- the same, against `LFA.paper(steps=200, precision=\"auto\")` (the paper's fit in the default's "
+            f"arithmetic): total {total:.2f}×, worst cell {worst:.2f}×"]
 
 
 def cpu_fit_times(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def test_the_paper_preset_is_the_papers_algorithm_composed_from_the_core_functio
     beta = select_beta(xt, yt, pt, identity_informative=True, guard=False, betas=BETA_GRID, random_state=5)
     w0 = beta_procrustes(orthogonal_procrustes(xt, pt[yt]), beta.beta)
     gen, coin = torch.Generator().manual_seed(5), torch.Generator().manual_seed(6)
-    result = refine(w0, xt, yt, pt, steps=40, generator=gen, coin=coin, config=RefineConfig())
+    result = refine(w0, xt, yt, pt, steps=40, generator=gen, coin=coin, config=RefineConfig(precision="float32"))
     np.testing.assert_array_equal(paper.W_, result.W.numpy())
     np.testing.assert_array_equal(paper.W_tt_, result.W_tt.numpy())  # the paper's W_tt: the moving average
     assert paper.beta_ == beta.beta and paper.prototype_mix_ == 0.0 and not paper.intercept_.any()
@@ -49,7 +49,8 @@ def test_the_default_with_every_option_off_is_the_paper_fit_bit_for_bit():
     x, y, p, xt, _ = planted_gap_problem(n_test=10, seed=3)
     paper = LFA.paper(steps=30, random_state=5).fit(x, y, p)
     off = LFA(steps=30, random_state=5, projection="shrink", prototype_mix=0.0, mapping="task",
-              refine_prototypes=False, keep_zero_shot=False, new_class_map="ema").fit(x, y, p)
+              refine_prototypes=False, keep_zero_shot=False, new_class_map="ema",
+              precision="float32").fit(x, y, p)
     for name in ("W_", "W_tt_", "W_avg_", "prototypes_", "intercept_"):
         np.testing.assert_array_equal(getattr(off, name), getattr(paper, name))
     np.testing.assert_array_equal(off.decision_function(xt), paper.decision_function(xt))

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16-mixed")
+"""Arithmetic of refinement (:attr:`RefineConfig.precision`)."""
+
 MIX_GRID: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Prototype mixes λ the default chooses from (0: the paper's text prototypes)."""
 BLEND_SHARE = 0.5
@@ -46,7 +49,9 @@ class RefineConfig:
     batch_fraction : share of single-view rows drawn per step (multi-view input draws one view
         per image instead).
     momentum_start : momentum of the W_tt moving average at step 0 (paper: 0.9, rising to 1).
-    precision : "float32" or "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``).
+    precision : "float32", "bf16-mixed" (matrix products in bfloat16 under ``torch.autocast``) or
+        "auto": "bf16-mixed" on a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX), where it
+        takes 1.4–2.2× less time per step, "float32" elsewhere (see :func:`~lfa_index.core.device.uses_bf16`).
     folds : class-stratified folds of the support that the held-out selection uses (capped at the
         smallest class count; see :mod:`~lfa_index.core.solvers.selection`).
     unit_rows : fit and score the support discriminant on unit aligned rows ``z/||z||`` (selection
@@ -62,7 +67,7 @@ class RefineConfig:
     dropout: float = 0.025
     batch_fraction: float = 0.75
     momentum_start: float = 0.9
-    precision: str = "float32"
+    precision: str = "auto"
     folds: int = 2
     unit_rows: bool = False
 

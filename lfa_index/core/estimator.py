@@ -29,7 +29,7 @@ from ..errors import (
     InvalidParameterError,
     MissingExtraError,
 )
-from .config import CLASS_MAPPINGS, MIX_GRID, SUPPORT_KINDS, FitOptions, RefineConfig
+from .config import CLASS_MAPPINGS, MIX_GRID, PRECISIONS, SUPPORT_KINDS, FitOptions, RefineConfig
 from .memory import check_fit_memory
 from .projection import isometric_embedding_matrix, random_projection_matrix
 from .query_map import project_rows
@@ -44,7 +44,7 @@ TRAINED_PROTOTYPES_MIN_ROWS = 8
 """``refine_prototypes="auto"`` trains the prototypes where every class has at least this many rows."""
 PAPER_OPTIONS: dict[str, Any] = dict(
     steps=200, projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task",
-    keep_zero_shot=False, new_class_map="ema",
+    keep_zero_shot=False, new_class_map="ema", precision="float32",
 )
 """The options of :meth:`LFA.paper`: the paper's algorithm as its public code runs it (β by random-split
 cross-validation with no preference for the identity, 200 refinement steps), every option beyond it off."""
@@ -121,10 +121,12 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Entropic regularisation of the U-LFA transport problem (blur 0.05 squared).
     temperature : float, default=0.01
         Softmax temperature of ``predict_proba`` over aligned scores (CLIP's logit scale 100).
-    precision : {"float32", "bf16-mixed"}, default="float32"
-        Arithmetic of refinement. "bf16-mixed" runs the matrix products in bfloat16 under
-        ``torch.autocast`` (float32 weights, optimiser and norms): faster on CPUs with native
-        bf16 (AVX512-BF16/AMX) and on GPUs, at bf16 resolution in the loss.
+    precision : {"auto", "float32", "bf16-mixed"}, default="auto"
+        Arithmetic of refinement. "bf16-mixed" runs the loss's matrix products in bfloat16 under
+        ``torch.autocast`` (float32 weights and optimiser), at bf16 resolution in the loss.
+        "auto" takes it on a CPU that multiplies bf16 natively (AVX512-BF16/AMX), where a step
+        takes 1.4–2.2× less time at the same accuracy, and float32 elsewhere (CUDA included).
+        :meth:`paper` pins "float32", the arithmetic of the paper's code.
     warm_start : bool, default=False
         Refit from the current maps (β, step count and options kept) instead of from
         β-Procrustes.
@@ -210,7 +212,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         "n_rounds": [Interval(Integral, 1, None, closed="left")],
         "sinkhorn_reg": [Interval(Real, 0.0, None, closed="neither")],
         "temperature": [Interval(Real, 0.0, None, closed="neither")],
-        "precision": [StrOptions({"float32", "bf16-mixed"})],
+        "precision": [StrOptions(set(PRECISIONS))],
         "warm_start": [BOOLEAN],
         "device": [str],
         "random_state": [None, Interval(Integral, 0, 2**32 - 1, closed="both")],  # numpy's seed range
@@ -287,7 +289,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
         """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
-        no preference for the identity, every option off, the wider side projected down.
+        no preference for the identity, every option off, the wider side projected down, float32
+        arithmetic.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..config import RefineConfig
+from ..device import uses_bf16
 from .loss import arerank_loss
 
 
@@ -176,7 +177,7 @@ class Refinement:
         self.x, self.labels, self.prototypes = x, labels, prototypes
         self.steps, self.horizon, self.config = steps, horizon, config
         self.keep = 1.0 - config.dropout
-        self.mixed = config.precision == "bf16-mixed"
+        self.mixed = uses_bf16(config.precision, x.device)
         self.train_prototypes = train_prototypes
         device = x.device
         n = x.shape[0]
