@@ -301,30 +301,46 @@ def cross_fitted_evidence(
                         supports = {kind: support_prototypes(unit(aligned_train, unit_rows), y_train,
                                                              prototypes.shape[0], kind)
                                     for kind in kinds if any(mix > 0 for mix in mixes)}
-                        discriminant = classifier(aligned_train, y_train, base, 1.0, "discriminant",
-                                                  supports.get("discriminant"), unit_rows=unit_rows) if blend else None
-                        discriminant_spread = float(score_spread(aligned_train, *discriminant)) if blend else 0.0
-                        hybrids = {(kind, mix): classifier(aligned_train, y_train, base, mix, kind, supports.get(kind),
-                                                           unit_rows=unit_rows)
-                                   for kind in kinds for mix in mixes}
+                        # each distinct classifier once: λ = 0 is the base for every kind, and the
+                        # discriminant alone is the hybrid (discriminant, λ = 1) where the grid has it
+                        hybrids: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
+                        for kind in kinds:
+                            for mix in mixes:
+                                key = _hybrid_key(kind, mix)
+                                if key not in hybrids:
+                                    hybrids[key] = classifier(aligned_train, y_train, base, mix, kind,
+                                                              supports.get(kind), unit_rows=unit_rows)
+                        alone = _hybrid_key("discriminant", 1.0)
+                        discriminant = None if not blend else hybrids.get(alone) or classifier(
+                            aligned_train, y_train, base, 1.0, "discriminant", supports.get("discriminant"),
+                            unit_rows=unit_rows)
+                        spreads = {key: float(score_spread(aligned_train, *h)) for key, h in hybrids.items()} \
+                            if blend else {}
+                        discriminant_spread = (spreads[alone] if alone in spreads else
+                                               float(score_spread(aligned_train, *discriminant))) if blend else 0.0
                         # scores are linear in (q, b): the served average scores as the average of scores
-                        weights = {key: {share: blend_weight(float(score_spread(aligned_train, *hybrid)),
-                                                             discriminant_spread, share) for share in shares}
-                                   for key, hybrid in hybrids.items()} if blend else {}
+                        weights = {key: {share: blend_weight(spread, discriminant_spread, share) for share in shares}
+                                   for key, spread in spreads.items()}
                         for block in row_blocks(len(val_idx), prototypes.shape[0]):  # (rows, classes) in blocks
                             rows, truth = val_idx[block], y_val[block]
                             scored = unit(aligned_val[block], unit_rows)
                             discriminant_val = class_scores(scored, *discriminant) if blend else None
-                            for (kind, mix), hybrid in hybrids.items():
-                                row = slot[Candidate(variant, step, mapping, float(mix), kind)]
-                                hybrid_val = class_scores(scored, *hybrid)
+                            for key, hybrid in hybrids.items():
+                                hybrid_val = discriminant_val if blend and key == alone else \
+                                    class_scores(scored, *hybrid)
                                 best, predicted = hybrid_val.max(dim=1)
-                                hits[row, rows] = predicted.eq(truth).cpu().numpy()
-                                best_scores[row, rows] = (best / norms[block]).cpu().numpy()
-                                for share, w in weights.get((kind, mix), {}).items():
+                                hit, top = predicted.eq(truth).cpu().numpy(), (best / norms[block]).cpu().numpy()
+                                served = {}
+                                for share, w in weights.get(key, {}).items():
                                     best, predicted = ((1 - w) * hybrid_val + w * discriminant_val).max(dim=1)
-                                    served_hits[share][row, rows] = predicted.eq(truth).cpu().numpy()
-                                    served_scores[share][row, rows] = (best / norms[block]).cpu().numpy()
+                                    served[share] = (predicted.eq(truth).cpu().numpy(),
+                                                     (best / norms[block]).cpu().numpy())
+                                for kind, mix in [(k, m) for k in kinds for m in mixes if _hybrid_key(k, m) == key]:
+                                    row = slot[Candidate(variant, step, mapping, float(mix), kind)]
+                                    hits[row, rows], best_scores[row, rows] = hit, top
+                                    for share, (served_hit, served_top) in served.items():
+                                        served_hits[share][row, rows] = served_hit
+                                        served_scores[share][row, rows] = served_top
 
             if 0 in marks:
                 score(0, w0, torch.eye(w0.shape[0], dtype=w0.dtype, device=device))
@@ -340,6 +356,11 @@ def cross_fitted_evidence(
                        callback=at_checkpoint, callback_steps=marks)
     return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
                     served_hits=served_hits, served_scores=served_scores)
+
+
+def _hybrid_key(kind: str, mix: float) -> tuple:
+    """What tells two hybrids of the grid apart: at λ = 0 every kind is the base alone."""
+    return ("base",) if mix <= 0 else (kind, float(mix))
 
 
 def _preference(c: Candidate) -> tuple:
