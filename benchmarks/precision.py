@@ -89,7 +89,7 @@ def fit_records(cells: Sequence[str], seeds: int, root: Path | None) -> list[dic
             rec[precision] = {"accuracy": 100 * model.score(data.eval_features, data.eval_labels),
                               "seconds": time.perf_counter() - start, "summary": model.summary_}
         records.append(rec)
-        print(json.dumps({k: v for k, v in rec.items()}), flush=True)
+        print(json.dumps(rec), flush=True)
     return records
 
 
