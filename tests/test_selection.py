@@ -84,6 +84,32 @@ def test_hybrid_prototypes_switch_on_where_the_support_carries_the_classes():
     assert auto.selection_["how"] == "held-out" and auto.selection_["rows"] == len(y)
 
 
+@pytest.mark.parametrize("unit_rows", [False, True])
+def test_the_hybrid_grid_scores_and_spreads_every_hybrid_as_its_own_prototypes_do(unit_rows):
+    """Held-out scoring builds every (kind, λ) hybrid from the base's and each kind's λ = 1 scores; each
+    must match the hybrid's own prototypes (`classifier`, `class_scores`, `score_spread`), with a class
+    that has no support rows (it keeps its text prototype and the mean bias)."""
+    from lfa_index.core.solvers.prototypes import class_scores, score_spread
+
+    rng = np.random.default_rng(7)
+    aligned = torch.tensor(rng.standard_normal((60, 12)))
+    labels = torch.tensor(np.repeat(np.arange(5), 12))  # class 5 of 6 has no rows
+    base = F.normalize(torch.tensor(rng.standard_normal((6, 12))), dim=1)
+    queries = torch.tensor(rng.standard_normal((9, 12)))
+    kinds, mixes = ("discriminant", "mean"), (0.0, 0.25, 0.5, 0.75, 1.0)
+    grid = selection.HybridGrid.of(aligned, labels, base, kinds, mixes, blend=True, unit_rows=unit_rows)
+    scored = grid.scores(queries)
+    for kind in kinds:
+        for mix in mixes:
+            key = selection._hybrid_key(kind, mix)
+            own = selection.classifier(aligned, labels, base, mix, kind, unit_rows=unit_rows)
+            np.testing.assert_allclose(scored[key].numpy(), class_scores(queries, *own).numpy(), atol=1e-12)
+            assert grid.spread(key) == pytest.approx(float(score_spread(aligned, *own)), rel=1e-9)
+    alone = selection.classifier(aligned, labels, base, 1.0, "discriminant", unit_rows=unit_rows)
+    np.testing.assert_allclose(scored[grid.alone].numpy(), class_scores(queries, *alone).numpy(), atol=1e-12)
+    assert grid.spread(grid.alone) == pytest.approx(float(score_spread(aligned, *alone)), rel=1e-9)
+
+
 def same_space_problem(n_classes, shots, seed=0, d=32, noise=0.9):
     """Images and prototypes from one model: rows scatter around their own prototype (zero-shot works)."""
     rng = np.random.default_rng(seed)

@@ -60,7 +60,6 @@ from .prototypes import (
     blend_with_discriminant,
     class_scores,
     hybrid_prototypes,
-    score_spread,
     support_prototypes,
 )
 from .refine import Progress, refine
@@ -298,36 +297,17 @@ def cross_fitted_evidence(
                         w = map_for(W, W_tt, mapping)
                         aligned_train, aligned_val = z_train @ w, z_val @ w
                         norms = aligned_val.norm(dim=1).clamp(min=torch.finfo(aligned_val.dtype).tiny)
-                        supports = {kind: support_prototypes(unit(aligned_train, unit_rows), y_train,
-                                                             prototypes.shape[0], kind)
-                                    for kind in kinds if any(mix > 0 for mix in mixes)}
-                        # each distinct classifier once: λ = 0 is the base for every kind, and the
-                        # discriminant alone is the hybrid (discriminant, λ = 1) where the grid has it
-                        hybrids: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
-                        for kind in kinds:
-                            for mix in mixes:
-                                key = _hybrid_key(kind, mix)
-                                if key not in hybrids:
-                                    hybrids[key] = classifier(aligned_train, y_train, base, mix, kind,
-                                                              supports.get(kind), unit_rows=unit_rows)
-                        alone = _hybrid_key("discriminant", 1.0)
-                        discriminant = None if not blend else hybrids.get(alone) or classifier(
-                            aligned_train, y_train, base, 1.0, "discriminant", supports.get("discriminant"),
-                            unit_rows=unit_rows)
-                        spreads = {key: float(score_spread(aligned_train, *h)) for key, h in hybrids.items()} \
-                            if blend else {}
-                        discriminant_spread = (spreads[alone] if alone in spreads else
-                                               float(score_spread(aligned_train, *discriminant))) if blend else 0.0
-                        # scores are linear in (q, b): the served average scores as the average of scores
-                        weights = {key: {share: blend_weight(spread, discriminant_spread, share) for share in shares}
-                                   for key, spread in spreads.items()}
+                        grid = HybridGrid.of(aligned_train, y_train, base, kinds, mixes, blend=blend,
+                                             unit_rows=unit_rows)
+                        weights = {key: {share: blend_weight(grid.spread(key), grid.spread(grid.alone), share)
+                                         for share in shares} for key in grid.keys} if blend else {}
                         for block in row_blocks(len(val_idx), prototypes.shape[0]):  # (rows, classes) in blocks
                             rows, truth = val_idx[block], y_val[block]
-                            scored = unit(aligned_val[block], unit_rows)
-                            discriminant_val = class_scores(scored, *discriminant) if blend else None
-                            for key, hybrid in hybrids.items():
-                                hybrid_val = discriminant_val if blend and key == alone else \
-                                    class_scores(scored, *hybrid)
+                            scored = grid.scores(unit(aligned_val[block], unit_rows))
+                            discriminant_val = scored[grid.alone] if blend else None
+                            for key, hybrid_val in scored.items():
+                                if key not in grid.keys:
+                                    continue
                                 best, predicted = hybrid_val.max(dim=1)
                                 hit, top = predicted.eq(truth).cpu().numpy(), (best / norms[block]).cpu().numpy()
                                 served = {}
@@ -361,6 +341,77 @@ def cross_fitted_evidence(
 def _hybrid_key(kind: str, mix: float) -> tuple:
     """What tells two hybrids of the grid apart: at λ = 0 every kind is the base alone."""
     return ("base",) if mix <= 0 else (kind, float(mix))
+
+
+@dataclass
+class HybridGrid:
+    """Every hybrid of the (kind, λ) grid on one set of aligned support rows, from two score matrices per kind.
+
+    A hybrid's scores are linear in λ: ``(1 − λ)·z yᵀ + λ·(z sᵀ + t)`` with ``(s, t)`` the kind's
+    classifier at λ = 1 (:func:`classifier`; classes without rows keep their text prototype and the
+    mean bias, as :func:`~lfa_index.core.solvers.prototypes.hybrid_prototypes` has them). So the base's
+    scores and each kind's λ = 1 scores give every hybrid's, and the moments of their row-centred
+    scores on the support rows give every hybrid's
+    :func:`~lfa_index.core.solvers.prototypes.score_spread`, each in one pass.
+    """
+
+    base: torch.Tensor  # (C, d) the text (or trained) prototypes: λ = 0
+    ends: dict[str, tuple[torch.Tensor, torch.Tensor]]  # kind -> its classifier at λ = 1
+    keys: dict[tuple, tuple[str, float]]  # hybrid key -> (kind, λ); λ = 0 is ("base",)
+    alone: tuple  # the key of the discriminant alone, (discriminant, λ = 1)
+    moments: dict[tuple[str, str], float]  # (a, b) -> Σ of the product of the row-centred scores
+    totals: dict[str, float]  # a -> Σ of its row-centred scores (zero but for rounding)
+    count: int
+
+    @staticmethod
+    def of(aligned: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, kinds: Sequence[str],
+           mixes: Sequence[float], *, blend: bool, unit_rows: bool) -> "HybridGrid":
+        """The grid on the aligned support rows ``aligned`` (n, d) with ``labels`` (n,)."""
+        keys = {_hybrid_key(kind, mix): (kind, float(mix)) for kind in kinds for mix in mixes}
+        alone = _hybrid_key("discriminant", 1.0)
+        needed = sorted({kind for kind, mix in keys.values() if mix > 0} | ({"discriminant"} if blend else set()))
+        supports = {kind: support_prototypes(unit(aligned, unit_rows), labels, base.shape[0], kind) for kind in needed}
+        ends = {kind: hybrid_prototypes(base, *supports[kind], 1.0) for kind in needed}
+        grid = HybridGrid(base, ends, keys, alone, {}, {}, len(aligned) * base.shape[0])
+        if blend:  # spreads, on the rows as they are (what blend_with_discriminant standardises by)
+            names = ["base", *needed]
+            moments = {(a, b): 0.0 for i, a in enumerate(names) for b in names[i:]}
+            totals = {a: 0.0 for a in names}
+            for rows in row_blocks(len(aligned), base.shape[0]):
+                centred = {}
+                for name, scores in grid.scores(aligned[rows].to(base.dtype), by_kind=True).items():
+                    scores = scores.double()
+                    centred[name] = scores - scores.mean(dim=1, keepdim=True)
+                    totals[name] += float(centred[name].sum())
+                for a, b in moments:
+                    moments[(a, b)] += float((centred[a] * centred[b]).sum())
+            grid.moments, grid.totals = moments, totals
+        return grid
+
+    def scores(self, z: torch.Tensor, *, by_kind: bool = False) -> dict:
+        """Scores (rows, C) of ``z`` under every hybrid key (``by_kind``: under "base" and each kind at λ = 1)."""
+        ends = {"base": class_scores(z, self.base, None)}
+        ends.update({kind: class_scores(z, *end) for kind, end in self.ends.items()})
+        if by_kind:
+            return ends
+        out = {}
+        for key, (kind, mix) in self.keys.items():
+            out[key] = ends["base"] if mix <= 0 else ends[kind] if mix == 1.0 else \
+                torch.lerp(ends["base"], ends[kind], mix)
+        if "discriminant" in ends:
+            out[self.alone] = ends["discriminant"]
+        return out
+
+    def spread(self, key: tuple) -> float:
+        """:func:`score_spread` of the hybrid ``key`` on the support rows, from the moments."""
+        kind, mix = ("discriminant", 1.0) if key == self.alone else self.keys[key]
+        weights = {"base": 1.0} if mix <= 0 else {kind: 1.0} if mix == 1.0 else {"base": 1.0 - mix, kind: mix}
+        squares = sum(weights[a] * weights[b] * self.moments[(a, b) if (a, b) in self.moments else (b, a)]
+                      for a in weights for b in weights)
+        total = sum(weights[a] * self.totals[a] for a in weights)
+        if self.count < 2:
+            return 0.0
+        return float(np.sqrt(max(squares - total * total / self.count, 0.0) / (self.count - 1)))
 
 
 def _preference(c: Candidate) -> tuple:
