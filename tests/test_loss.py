@@ -1,9 +1,10 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
-from lfa_index.core.solvers.loss import arerank_loss
+from lfa_index.core.solvers.loss import ARGMAX_MIN_SCORES, arerank_loss, nearest
 
 
 def _paper_loss(mapped, protos, labels, k, s):
@@ -48,7 +49,7 @@ def test_arerank_loss_caps_k_at_the_number_of_classes_and_has_gradients():
     assert torch.isfinite(w.grad).all() and w.grad.abs().sum() > 0
 
 
-def _dense_reference(mapped, protos, labels, k, s):
+def _dense_reference(mapped, protos, labels, k, s, margin_gradient=True):
     """The loss written with plain autograd (gathered prototypes), the reference of the sparse backward."""
     z = torch.nn.functional.normalize(mapped, dim=1)
     p = torch.nn.functional.normalize(protos, dim=1)
@@ -56,7 +57,8 @@ def _dense_reference(mapped, protos, labels, k, s):
     wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)
     cosines = (p[wanted] * z.unsqueeze(1)).sum(dim=2)
     distances = torch.sqrt(torch.clamp(2 - 2 * cosines, min=1e-12))
-    margins = (1 - (p @ p.T)[labels.unsqueeze(1), idx]) / s
+    q = p if margin_gradient else p.detach()
+    margins = (1 - (q @ q.T)[labels.unsqueeze(1), idx]) / s
     return torch.clamp(distances[:, :1] - distances[:, 1:] + margins, min=0).mean()
 
 
@@ -71,3 +73,38 @@ def test_the_sparse_backward_gives_the_gradients_of_the_dense_formula():
         for got, want in zip(ours, reference):
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
     assert torch.autograd.gradcheck(lambda m: arerank_loss(m, protos.detach(), labels, k=3), (mapped,))
+
+
+@pytest.mark.parametrize("rows, classes, width, k", [
+    (30, 7, 12, 3),  # C² ≤ n·k·d and C ≤ (k+1)·d: Gram-matrix margins, one product for the prototypes' gradient
+    (6, 40, 3, 1),   # many classes, few rows: gathered margins, the prototypes' gradient summed row by row
+])
+@pytest.mark.parametrize("margin_gradient", [True, False])
+def test_both_ways_of_computing_margins_and_prototype_gradients_give_the_dense_formula(rows, classes, width, k,
+                                                                                     margin_gradient):
+    """Constant margins come from the C × C Gram matrix or from gathered pairs, and the prototypes'
+    gradient from one (n, C) product or a row-by-row sum, whichever is smaller: each must equal the
+    plain-autograd loss and gradients (refinement with trained prototypes takes constant margins)."""
+    rng = np.random.default_rng(rows + classes)
+    mapped = torch.tensor(rng.standard_normal((rows, width)), dtype=torch.float64, requires_grad=True)
+    protos = torch.tensor(rng.standard_normal((classes, width)), dtype=torch.float64, requires_grad=True)
+    labels = torch.tensor(rng.integers(0, classes, rows))
+    loss = arerank_loss(mapped, protos, labels, k=k, margin_gradient=margin_gradient)
+    want = _dense_reference(mapped, protos, labels, k, 4.0, margin_gradient=margin_gradient)
+    assert math.isclose(loss.item(), want.item(), rel_tol=1e-12)
+    for got, ref in zip(torch.autograd.grad(loss, (mapped, protos)), torch.autograd.grad(want, (mapped, protos))):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_nearest_is_topk_on_either_side_of_the_argmax_switch():
+    """Below ARGMAX_MIN_SCORES scores `nearest` is torch's topk; from it on, arg-max passes (in float32
+    for bfloat16 scores): the same columns, best first, on scores without ties (seeded normal draws)."""
+    generator = torch.Generator().manual_seed(0)
+    for rows, classes in ((20, 77), (ARGMAX_MIN_SCORES // 77 + 1, 77), (400, 150)):
+        scores = torch.randn(rows, classes, generator=generator, dtype=torch.float64)
+        for k in (1, 3, 4):
+            assert torch.equal(nearest(scores, k), scores.topk(k, dim=1).indices)
+            assert torch.equal(nearest(scores.float(), k), scores.float().topk(k, dim=1).indices)
+        # bfloat16 (the scores of refinement under autocast) holds the integers up to 256 exactly
+        ranks = torch.argsort(torch.rand(rows, classes, generator=generator), dim=1).to(torch.bfloat16)
+        assert torch.equal(nearest(ranks, 3), ranks.topk(3, dim=1).indices)

@@ -44,21 +44,35 @@ class _PickedCosines(torch.autograd.Function):
             grad_mapped = pulled.mul_(inverse).addcmul_(mapped, along, value=-1.0)
         if ctx.needs_input_grad[1]:
             z = mapped * inverse
-            grad_prototypes = torch.zeros_like(prototypes).index_add_(
-                0, wanted.reshape(-1), (grad.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, z.shape[1]).to(prototypes.dtype)
-            )
+            n_classes, width = prototypes.shape
+            if n_classes <= wanted.shape[1] * width:  # the (n, C) weights are the smaller: one product
+                weights = torch.zeros(len(z), n_classes, dtype=z.dtype, device=z.device).scatter_add_(1, wanted, grad)
+                grad_prototypes = (weights.T @ z).to(prototypes.dtype)
+            else:  # many classes: never an (n, C) tensor
+                grad_prototypes = torch.zeros_like(prototypes).index_add_(
+                    0, wanted.reshape(-1), (grad.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, width).to(prototypes.dtype)
+                )
         return grad_mapped, grad_prototypes, None, None
+
+
+ARGMAX_MIN_SCORES = 25_000
+"""From about this many scores, k ≤ 4 arg-max passes beat ``topk`` on a CPU as well (torch 2.13, one
+thread: 0.52 against 1.05 ms for 1,790 × 77; below it ``topk`` is up to 3× faster)."""
 
 
 def nearest(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Columns of the k largest scores of each row (n, k), best first.
 
     On a GPU a few arg-max passes beat ``topk``'s radix select for the k ≤ 4 of the loss (measured on
-    an H200: ``benchmarks/gpu_fit.py``); ties may then resolve to another column of equal score.
+    an H200: ``benchmarks/gpu_fit.py``), and on a CPU from :data:`ARGMAX_MIN_SCORES` scores on (in
+    float32 there: a CPU's arg-max over bfloat16 is 2.5× slower); ties may then resolve to another
+    column of equal score.
     """
-    if scores.device.type != "cuda" or k > 4:
+    on_cpu = scores.device.type != "cuda"
+    if k > 4 or (on_cpu and scores.numel() < ARGMAX_MIN_SCORES):
         return scores.topk(k, dim=1).indices
-    work = scores.clone() if k > 1 else scores
+    work = scores.float() if on_cpu and scores.dtype != torch.float32 else scores
+    work = work.clone() if k > 1 and work is scores else work
     picked = []
     for i in range(k):
         best = work.argmax(dim=1, keepdim=True)
@@ -93,7 +107,8 @@ def arerank_loss(
     not change the order) and gives the dot products of the true and the k nearest; only those
     k + 1 cosines carry gradients, so the backward pass costs O(n·k·d) instead of O(n·C·d). The
     product is taken in blocks of rows (:func:`~lfa_index.core.config.row_blocks`), and the margins
-    from the k gathered prototype pairs, so memory stays O(n·k + block) whatever C is.
+    from the C × C Gram matrix or, where that is larger than the k gathered prototype pairs, from
+    those, so memory stays O(n·k + block + min(C², n·k·d)) whatever C is.
     """
     p = F.normalize(prototypes, dim=1)
     c = p.shape[0]
@@ -108,9 +123,15 @@ def arerank_loss(
             idx[rows] = nearest(dots, k)
             picked[rows] = dots.gather(1, torch.cat([labels[rows].unsqueeze(1), idx[rows]], dim=1)).to(picked.dtype)
         wanted = torch.cat([labels.unsqueeze(1), idx], dim=1)  # (n, 1 + k)
-    # m_ij = (1 − y_ciᵀ y_j)/s from the gathered pairs (no C × C Gram matrix)
-    paired = p if margin_gradient else p.detach()
-    margins = (1.0 - (paired[labels].unsqueeze(1) * paired[idx]).sum(dim=2)) / scale
+    # m_ij = (1 − y_ciᵀ y_j)/s: from the C × C Gram matrix where it is the smaller (constant margins),
+    # else from the gathered pairs
+    if not margin_gradient and c * c <= idx.numel() * p.shape[1]:
+        with torch.no_grad():
+            gram = p @ p.T
+            margins = (1.0 - gram[labels.unsqueeze(1), idx]) / scale
+    else:
+        paired = p if margin_gradient else p.detach()
+        margins = (1.0 - (paired[labels].unsqueeze(1) * paired[idx]).sum(dim=2)) / scale
     cosines = _PickedCosines.apply(mapped, p, wanted, picked.to(mapped.dtype))
     # Unit vectors: ||z − y|| = sqrt(2 − 2 zᵀy).
     distances = torch.sqrt(torch.clamp(2.0 - 2.0 * cosines, min=1e-12))
