@@ -41,7 +41,7 @@ import torch
 from sklearn.linear_model import RidgeCV
 
 from benchmarks.data import add_data_argument
-from benchmarks.migration_data import MODELS, ModelRows, load_cranfield, model_rows, ndcg_recall, unrelated_texts
+from benchmarks.migration_data import MODELS, ModelRows, every_model_rows, ndcg_recall
 from lfa_index import EmbeddingAligner
 from lfa_index.arrays import l2_normalize
 from lfa_index.core.solvers.matching import fit_unpaired
@@ -268,9 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--pairs {bad[0]!r}: give a count (300), a count and its documents' first sentences "
                      "(300+sentences), or unrelated.")
     started = time.perf_counter()
-    data = load_cranfield(args.data)
-    unrelated = unrelated_texts(args.data)
-    rows = {name: model_rows(name, data, unrelated) for name in MODELS}
+    data, rows = every_model_rows(args.data)
     records = [r for new, old in DIRECTIONS for r in run_direction(new, old, rows, data.qrels, counts)]
     unpaired = [run_unpaired(new, old, rows, data.qrels) for new, old in DIRECTIONS[:2]]
     command = "python -m benchmarks.migration" + ("" if counts == PAIR_COUNTS else " --pairs " + " ".join(args.pairs))

@@ -40,7 +40,7 @@ from scipy.stats import spearmanr
 
 from benchmarks.data import add_data_argument
 from benchmarks.migration import DIRECTIONS, RESULTS, pairs
-from benchmarks.migration_data import MODELS, load_cranfield, model_rows, ndcg_recall, unrelated_texts
+from benchmarks.migration_data import MODELS, every_model_rows, ndcg_recall
 from lfa_index.arrays import l2_normalize
 from lfa_index.core.solvers.migration import KINDS, N_FOLDS, heldout_folds, recipes, reciprocal_ranks
 from lfa_index.files import atomic_write
@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_data_argument(parser)
     args = parser.parse_args(argv)
-    data = load_cranfield(args.data)
-    unrelated = unrelated_texts(args.data)
-    rows = {name: model_rows(name, data, unrelated) for name in MODELS}
+    data, rows = every_model_rows(args.data)
     records = []
     for new, old in DIRECTIONS:
         store, queries = rows[old].documents, rows[new].queries

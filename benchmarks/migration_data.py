@@ -125,6 +125,13 @@ def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
     )
 
 
+def every_model_rows(root: Path | None = None) -> tuple[Cranfield, dict[str, ModelRows]]:
+    """Cranfield and the rows of every model of :data:`MODELS` (documents, queries, unrelated texts)."""
+    data = load_cranfield(root)
+    unrelated = unrelated_texts(root)
+    return data, {name: model_rows(name, data, unrelated) for name in MODELS}
+
+
 def ndcg_recall(scores: np.ndarray, qrels: dict[int, dict[int, int]], k: int = 10,
                 depth: int = 100) -> tuple[float, float]:
     """Mean nDCG@k (gain ``2^grade − 1``, log2 discount) and recall@depth over the judged queries."""
