@@ -187,3 +187,17 @@ def test_open_set_metrics_count_rejections_as_wrong_in_scope_and_right_out_of_sc
     assert m["oos_recall"] == 0.5 and m["oos_precision"] == 0.5
     assert m["macro_f1"] == pytest.approx(f1_score(truth, [0, 1, -1, 1, -1, 1], average="macro"))
     assert open_set_metrics(truth, predicted, scores, None)["oos_recall"] == 0.0
+
+
+def test_the_oos_recall_threshold_sits_halfway_to_the_next_score_so_a_last_bit_change_keeps_its_rows_rejected():
+    """τ for "oos-recall" lies midway between the last out-of-scope score it must reject and the next
+    score above it (a row scored in another batch, or by a reloaded index, may differ in its last bit);
+    with nothing above, a relative margin above the highest."""
+    scores = np.array([3.0, 2.5, 1.0, 0.5, 0.25], dtype=np.float32)
+    truth = np.array([0, 1, -1, -1, 1])
+    tau = objective_threshold(scores, truth, np.zeros(5, int), "oos-recall", oos_recall=1.0)
+    assert tau == pytest.approx(1.75)
+    assert objective_threshold(scores, truth, np.zeros(5, int), "oos-recall", oos_recall=0.5) == pytest.approx(0.75)
+    top = objective_threshold(np.float32([1.0, 2.0]), np.array([-1, -1]), np.zeros(2, int), "oos-recall",
+                              oos_recall=1.0)
+    assert 2.0 < top and np.nextafter(np.float32(2.0), np.float32(3.0)) < top

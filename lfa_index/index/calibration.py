@@ -81,6 +81,10 @@ def quantile_threshold(scores: np.ndarray, accept_rate: float) -> float:
     return float(np.quantile(scores, 1.0 - accept_rate, method="lower"))
 
 
+OOS_MARGIN = 1e-6
+"""With no validation score above the last out-of-scope row to reject, τ sits this far above it (relative)."""
+
+
 def objective_threshold(
     scores: np.ndarray, truth: np.ndarray, predicted: np.ndarray, objective: Objective, *,
     accept_rate: float = 0.95, oos_recall: float = 0.9,
@@ -100,8 +104,12 @@ def objective_threshold(
     if objective == "oos-recall":
         unknown = np.sort(scores[~known])
         needed = int(np.ceil(oos_recall * len(unknown) - 1e-9))
-        last = unknown[max(needed, 1) - 1]
-        return float(np.nextafter(last, np.asarray(np.inf, dtype=last.dtype)))
+        last = float(unknown[max(needed, 1) - 1])
+        # halfway to the next score above: the same rows are rejected here, and the last bit that
+        # scoring a row in another batch (another GEMM kernel) or a reloaded index may change
+        # cannot carry a rejected row across τ
+        higher = scores[scores > last]
+        return (last + float(higher.min())) / 2 if higher.size else last + OOS_MARGIN * max(1.0, abs(last))
     return _best_macro_f1_threshold(scores, truth, predicted)
 
 
