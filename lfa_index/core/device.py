@@ -47,7 +47,7 @@ def uses_bf16(precision: str, device: torch.device) -> bool:
     :class:`~lfa_index.core.config.RefineConfig`).
 
     ``"auto"`` takes bfloat16 on a CPU that multiplies it natively: there a step of the ARerank loss
-    takes 1.2–2.1× less time (none at d = 64) at the same accuracy (``benchmarks/precision.py``); elsewhere,
+    takes 1.3–2.8× less time per step (1.15× at d = 64) at the same accuracy (``benchmarks/precision.py``); elsewhere,
     CUDA included, float32. Emulated bfloat16 would be slower than float32.
     """
     if precision == "auto":

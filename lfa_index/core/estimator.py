@@ -125,7 +125,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Arithmetic of refinement. "bf16-mixed" runs the loss's matrix products in bfloat16 under
         ``torch.autocast`` (float32 weights and optimiser), at bf16 resolution in the loss.
         "auto" takes it on a CPU that multiplies bf16 natively (AVX512-BF16/AMX), where a step
-        takes 1.2–2.1× less time at the same accuracy, and float32 elsewhere (CUDA included).
+        takes 1.3–2.8× less time per step at the same accuracy, and float32 elsewhere (CUDA included).
         :meth:`paper` pins "float32", the arithmetic of the paper's code.
     warm_start : bool, default=False
         Refit from the current maps (β, step count and options kept) instead of from
