@@ -89,7 +89,7 @@ def test_the_hybrid_grid_scores_and_spreads_every_hybrid_as_its_own_prototypes_d
     """Held-out scoring builds every (kind, λ) hybrid from the base's and each kind's λ = 1 scores; each
     must match the hybrid's own prototypes (`classifier`, `class_scores`, `score_spread`), with a class
     that has no support rows (it keeps its text prototype and the mean bias)."""
-    from lfa_index.core.solvers.prototypes import class_scores, score_spread
+    from lfa_index.core.solvers.prototypes import HybridGrid, class_scores, hybrid_key, score_spread
 
     rng = np.random.default_rng(7)
     aligned = torch.tensor(rng.standard_normal((60, 12)))
@@ -97,11 +97,11 @@ def test_the_hybrid_grid_scores_and_spreads_every_hybrid_as_its_own_prototypes_d
     base = F.normalize(torch.tensor(rng.standard_normal((6, 12))), dim=1)
     queries = torch.tensor(rng.standard_normal((9, 12)))
     kinds, mixes = ("discriminant", "mean"), (0.0, 0.25, 0.5, 0.75, 1.0)
-    grid = selection.HybridGrid.of(aligned, labels, base, kinds, mixes, blend=True, unit_rows=unit_rows)
+    grid = HybridGrid.of(aligned, labels, base, kinds, mixes, blend=True, unit_rows=unit_rows)
     scored = grid.scores(queries)
     for kind in kinds:
         for mix in mixes:
-            key = selection._hybrid_key(kind, mix)
+            key = hybrid_key(kind, mix)
             own = selection.classifier(aligned, labels, base, mix, kind, unit_rows=unit_rows)
             np.testing.assert_allclose(scored[key].numpy(), class_scores(queries, *own).numpy(), atol=1e-12)
             assert grid.spread(key) == pytest.approx(float(score_spread(aligned, *own)), rel=1e-9)

@@ -21,8 +21,10 @@ against a λ picked by the noise of a few hundred held-out rows (see
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -172,3 +174,84 @@ def class_scores(z: torch.Tensor, prototypes: torch.Tensor, intercept: torch.Ten
     """Ranking scores ``z qᵀ + b`` (n, C) of aligned rows against hybrid prototypes."""
     scores = z @ prototypes.T
     return scores if intercept is None else scores + intercept
+
+
+def unit(rows: torch.Tensor, unit_rows: bool) -> torch.Tensor:
+    """``rows`` L2-normalised when ``unit_rows`` (:attr:`RefineConfig.unit_rows`), else as they are."""
+    return F.normalize(rows, dim=1) if unit_rows else rows
+
+
+def hybrid_key(kind: str, mix: float) -> tuple:
+    """What tells two hybrids of the grid apart: at λ = 0 every kind is the base alone."""
+    return ("base",) if mix <= 0 else (kind, float(mix))
+
+
+@dataclass
+class HybridGrid:
+    """Every hybrid of the (kind, λ) grid on one set of aligned support rows, from two score matrices per kind.
+
+    A hybrid's scores are linear in λ: ``(1 − λ)·z yᵀ + λ·(z sᵀ + t)`` with ``(s, t)`` the kind's
+    classifier at λ = 1 (classes without rows keep their text prototype and the mean bias, as
+    :func:`hybrid_prototypes` has them). So the base's scores and each kind's λ = 1 scores give every
+    hybrid's, and the moments of their row-centred scores on the support rows give every hybrid's
+    :func:`score_spread`, each in one pass. Held-out scoring
+    (:func:`~lfa_index.core.solvers.selection.cross_fitted_evidence`) uses it at every checkpoint.
+    """
+
+    base: torch.Tensor  # (C, d) the text (or trained) prototypes: λ = 0
+    ends: dict[str, tuple[torch.Tensor, torch.Tensor]]  # kind -> its classifier at λ = 1
+    keys: dict[tuple, tuple[str, float]]  # hybrid key -> (kind, λ); λ = 0 is ("base",)
+    alone: tuple  # the key of the discriminant alone, (discriminant, λ = 1)
+    moments: dict[tuple[str, str], float]  # (a, b) -> Σ of the product of the row-centred scores
+    totals: dict[str, float]  # a -> Σ of its row-centred scores (zero but for rounding)
+    count: int
+
+    @staticmethod
+    def of(aligned: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, kinds: Sequence[str],
+           mixes: Sequence[float], *, blend: bool, unit_rows: bool) -> "HybridGrid":
+        """The grid on the aligned support rows ``aligned`` (n, d) with ``labels`` (n,)."""
+        keys = {hybrid_key(kind, mix): (kind, float(mix)) for kind in kinds for mix in mixes}
+        alone = hybrid_key("discriminant", 1.0)
+        needed = sorted({kind for kind, mix in keys.values() if mix > 0} | ({"discriminant"} if blend else set()))
+        supports = {kind: support_prototypes(unit(aligned, unit_rows), labels, base.shape[0], kind) for kind in needed}
+        ends = {kind: hybrid_prototypes(base, *supports[kind], 1.0) for kind in needed}
+        grid = HybridGrid(base, ends, keys, alone, {}, {}, len(aligned) * base.shape[0])
+        if blend:  # spreads, on the rows as they are (what blend_with_discriminant standardises by)
+            names = ["base", *needed]
+            moments = {(a, b): 0.0 for i, a in enumerate(names) for b in names[i:]}
+            totals = {a: 0.0 for a in names}
+            for rows in row_blocks(len(aligned), base.shape[0]):
+                centred = {}
+                for name, scores in grid.scores(aligned[rows].to(base.dtype), by_kind=True).items():
+                    scores = scores.double()
+                    centred[name] = scores - scores.mean(dim=1, keepdim=True)
+                    totals[name] += float(centred[name].sum())
+                for a, b in moments:
+                    moments[(a, b)] += float((centred[a] * centred[b]).sum())
+            grid.moments, grid.totals = moments, totals
+        return grid
+
+    def scores(self, z: torch.Tensor, *, by_kind: bool = False) -> dict:
+        """Scores (rows, C) of ``z`` under every hybrid key (``by_kind``: under "base" and each kind at λ = 1)."""
+        ends = {"base": class_scores(z, self.base, None)}
+        ends.update({kind: class_scores(z, *end) for kind, end in self.ends.items()})
+        if by_kind:
+            return ends
+        out = {}
+        for key, (kind, mix) in self.keys.items():
+            out[key] = ends["base"] if mix <= 0 else ends[kind] if mix == 1.0 else \
+                torch.lerp(ends["base"], ends[kind], mix)
+        if "discriminant" in ends:
+            out[self.alone] = ends["discriminant"]
+        return out
+
+    def spread(self, key: tuple) -> float:
+        """:func:`score_spread` of the hybrid ``key`` on the support rows, from the moments."""
+        kind, mix = ("discriminant", 1.0) if key == self.alone else self.keys[key]
+        weights = {"base": 1.0} if mix <= 0 else {kind: 1.0} if mix == 1.0 else {"base": 1.0 - mix, kind: mix}
+        squares = sum(weights[a] * weights[b] * self.moments[(a, b) if (a, b) in self.moments else (b, a)]
+                      for a in weights for b in weights)
+        total = sum(weights[a] * self.totals[a] for a in weights)
+        if self.count < 2:
+            return 0.0
+        return float(np.sqrt(max(squares - total * total / self.count, 0.0) / (self.count - 1)))

@@ -56,11 +56,13 @@ from .beta import significantly_better
 from .loss import arerank_loss
 from .procrustes import beta_procrustes, orthogonal_procrustes, support_splits
 from .prototypes import (
+    HybridGrid,
     blend_weight,
     blend_with_discriminant,
-    class_scores,
+    hybrid_key,
     hybrid_prototypes,
     support_prototypes,
+    unit,
 )
 from .refine import Progress, refine
 
@@ -216,11 +218,6 @@ def map_for(W: torch.Tensor, W_tt: torch.Tensor, mapping: str) -> torch.Tensor:
     return W if mapping == "task" else (W + W_tt) / 2
 
 
-def unit(rows: torch.Tensor, unit_rows: bool) -> torch.Tensor:
-    """``rows`` L2-normalised when ``unit_rows`` (:attr:`RefineConfig.unit_rows`), else as they are."""
-    return F.normalize(rows, dim=1) if unit_rows else rows
-
-
 def classifier(aligned_support: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, mix: float,
                support_kind: str, support: tuple | None = None, *, unit_rows: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -315,7 +312,7 @@ def cross_fitted_evidence(
                                     best, predicted = ((1 - w) * hybrid_val + w * discriminant_val).max(dim=1)
                                     served[share] = (predicted.eq(truth).cpu().numpy(),
                                                      (best / norms[block]).cpu().numpy())
-                                for kind, mix in [(k, m) for k in kinds for m in mixes if _hybrid_key(k, m) == key]:
+                                for kind, mix in [(k, m) for k in kinds for m in mixes if hybrid_key(k, m) == key]:
                                     row = slot[Candidate(variant, step, mapping, float(mix), kind)]
                                     hits[row, rows], best_scores[row, rows] = hit, top
                                     for share, (served_hit, served_top) in served.items():
@@ -336,82 +333,6 @@ def cross_fitted_evidence(
                        callback=at_checkpoint, callback_steps=marks)
     return Evidence(candidates, hits, len(folds), horizon, tuple(checkpoints), best_scores=best_scores,
                     served_hits=served_hits, served_scores=served_scores)
-
-
-def _hybrid_key(kind: str, mix: float) -> tuple:
-    """What tells two hybrids of the grid apart: at λ = 0 every kind is the base alone."""
-    return ("base",) if mix <= 0 else (kind, float(mix))
-
-
-@dataclass
-class HybridGrid:
-    """Every hybrid of the (kind, λ) grid on one set of aligned support rows, from two score matrices per kind.
-
-    A hybrid's scores are linear in λ: ``(1 − λ)·z yᵀ + λ·(z sᵀ + t)`` with ``(s, t)`` the kind's
-    classifier at λ = 1 (:func:`classifier`; classes without rows keep their text prototype and the
-    mean bias, as :func:`~lfa_index.core.solvers.prototypes.hybrid_prototypes` has them). So the base's
-    scores and each kind's λ = 1 scores give every hybrid's, and the moments of their row-centred
-    scores on the support rows give every hybrid's
-    :func:`~lfa_index.core.solvers.prototypes.score_spread`, each in one pass.
-    """
-
-    base: torch.Tensor  # (C, d) the text (or trained) prototypes: λ = 0
-    ends: dict[str, tuple[torch.Tensor, torch.Tensor]]  # kind -> its classifier at λ = 1
-    keys: dict[tuple, tuple[str, float]]  # hybrid key -> (kind, λ); λ = 0 is ("base",)
-    alone: tuple  # the key of the discriminant alone, (discriminant, λ = 1)
-    moments: dict[tuple[str, str], float]  # (a, b) -> Σ of the product of the row-centred scores
-    totals: dict[str, float]  # a -> Σ of its row-centred scores (zero but for rounding)
-    count: int
-
-    @staticmethod
-    def of(aligned: torch.Tensor, labels: torch.Tensor, base: torch.Tensor, kinds: Sequence[str],
-           mixes: Sequence[float], *, blend: bool, unit_rows: bool) -> "HybridGrid":
-        """The grid on the aligned support rows ``aligned`` (n, d) with ``labels`` (n,)."""
-        keys = {_hybrid_key(kind, mix): (kind, float(mix)) for kind in kinds for mix in mixes}
-        alone = _hybrid_key("discriminant", 1.0)
-        needed = sorted({kind for kind, mix in keys.values() if mix > 0} | ({"discriminant"} if blend else set()))
-        supports = {kind: support_prototypes(unit(aligned, unit_rows), labels, base.shape[0], kind) for kind in needed}
-        ends = {kind: hybrid_prototypes(base, *supports[kind], 1.0) for kind in needed}
-        grid = HybridGrid(base, ends, keys, alone, {}, {}, len(aligned) * base.shape[0])
-        if blend:  # spreads, on the rows as they are (what blend_with_discriminant standardises by)
-            names = ["base", *needed]
-            moments = {(a, b): 0.0 for i, a in enumerate(names) for b in names[i:]}
-            totals = {a: 0.0 for a in names}
-            for rows in row_blocks(len(aligned), base.shape[0]):
-                centred = {}
-                for name, scores in grid.scores(aligned[rows].to(base.dtype), by_kind=True).items():
-                    scores = scores.double()
-                    centred[name] = scores - scores.mean(dim=1, keepdim=True)
-                    totals[name] += float(centred[name].sum())
-                for a, b in moments:
-                    moments[(a, b)] += float((centred[a] * centred[b]).sum())
-            grid.moments, grid.totals = moments, totals
-        return grid
-
-    def scores(self, z: torch.Tensor, *, by_kind: bool = False) -> dict:
-        """Scores (rows, C) of ``z`` under every hybrid key (``by_kind``: under "base" and each kind at λ = 1)."""
-        ends = {"base": class_scores(z, self.base, None)}
-        ends.update({kind: class_scores(z, *end) for kind, end in self.ends.items()})
-        if by_kind:
-            return ends
-        out = {}
-        for key, (kind, mix) in self.keys.items():
-            out[key] = ends["base"] if mix <= 0 else ends[kind] if mix == 1.0 else \
-                torch.lerp(ends["base"], ends[kind], mix)
-        if "discriminant" in ends:
-            out[self.alone] = ends["discriminant"]
-        return out
-
-    def spread(self, key: tuple) -> float:
-        """:func:`score_spread` of the hybrid ``key`` on the support rows, from the moments."""
-        kind, mix = ("discriminant", 1.0) if key == self.alone else self.keys[key]
-        weights = {"base": 1.0} if mix <= 0 else {kind: 1.0} if mix == 1.0 else {"base": 1.0 - mix, kind: mix}
-        squares = sum(weights[a] * weights[b] * self.moments[(a, b) if (a, b) in self.moments else (b, a)]
-                      for a in weights for b in weights)
-        total = sum(weights[a] * self.totals[a] for a in weights)
-        if self.count < 2:
-            return 0.0
-        return float(np.sqrt(max(squares - total * total / self.count, 0.0) / (self.count - 1)))
 
 
 def _preference(c: Candidate) -> tuple:
