@@ -1,7 +1,7 @@
-"""How many folds the default's held-out selection should use: K = 3 (the default) against more.
+"""How many folds the default's held-out selection should use: K = 2 (the default) against more.
 
 The default chooses the step count and the prototype mix λ on ``K`` class-stratified folds of the
-support (:mod:`lfa_index.core.solvers.selection`). With K = 3 each fold trains on 2/3 of the support, while
+support (:mod:`lfa_index.core.solvers.selection`). With K = 2 each fold trains on half of the support, while
 the final fit sees all of it; support-side prototypes gain more from the missing rows than text
 prototypes do, so a small K could rate λ too low. This benchmark refits the default with other fold
 counts (``RefineConfig.folds``, capped at the smallest class count as always) on the same supports
@@ -13,7 +13,7 @@ folds and is not affected.
 
 Usage
 -----
-    .venv/bin/python -m benchmarks.fold_count                          # seeds 1-10, K = 3 and 4
+    .venv/bin/python -m benchmarks.fold_count                          # seeds 1-10, K = 2 and 3
     .venv/bin/python -m benchmarks.fold_count --cells dtd:4 --folds 3 4 5 --seeds 3
 
 Prints a table and writes ``benchmarks/results/fold_count.json``.
@@ -77,7 +77,7 @@ def table(records: Sequence[dict], folds: Sequence[int]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", nargs="+", default=list(CELLS), help="set:shots pairs")
-    parser.add_argument("--folds", nargs="+", type=int, default=[3, 4])
+    parser.add_argument("--folds", nargs="+", type=int, default=[2, 3])
     parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N")
     parser.add_argument("--threads", type=int, default=1)
     add_data_argument(parser)

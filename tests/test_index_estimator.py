@@ -95,7 +95,8 @@ def test_predict_and_search_break_exact_ties_alike_at_the_lowest_position(task):
     support, labels, text, queries, _ = task
     tied = text.copy()
     tied[5] = tied[3]  # classes 3 and 5 share one prototype: equal folded vectors, equal scores
-    index = AlignedIndex(lfa=LFA.paper(**OPTIONS)).fit(support, labels, tied)
+    # the paper's classifier as its code runs it (the tie weakens these ten names' geometry below the guard's level)
+    index = AlignedIndex(lfa=LFA.paper(text_check=False, **OPTIONS)).fit(support, labels, tied)
     x = np.concatenate([queries, support])
     scores, top = index.search(x, 3)
     np.testing.assert_array_equal(index.predict(x), top[:, 0])

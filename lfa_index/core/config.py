@@ -91,6 +91,8 @@ class FitOptions:
     cv_val_size: float
     blend: bool = False  # serve a held-out choice averaged with the discriminant (selection.served_classifier)
     same_space: bool = True  # images and prototypes reach W unprojected (the zero-shot guard may then apply)
+    text_check: str | bool = "auto"  # the names' geometry test: "auto" (where the fit chooses), True, False
+    names_informative: bool | None = None  # its verdict where the estimator took it (None: the solver takes it)
 
     @property
     def paper_classifier(self) -> bool:

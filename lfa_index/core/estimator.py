@@ -44,10 +44,11 @@ TRAINED_PROTOTYPES_MIN_ROWS = 8
 """``refine_prototypes="auto"`` trains the prototypes where every class has at least this many rows."""
 PAPER_OPTIONS: dict[str, Any] = dict(
     steps=200, projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task",
-    keep_zero_shot=False, new_class_map="ema", precision="float32",
+    keep_zero_shot=False, new_class_map="ema", precision="float32", text_check=True,
 )
 """The options of :meth:`LFA.paper`: the paper's algorithm as its public code runs it (β by random-split
-cross-validation with no preference for the identity, 200 refinement steps), every option beyond it off."""
+cross-validation with no preference for the identity, 200 refinement steps), every option beyond it off,
+and one guard the paper's code lacks (``text_check=True``), which cannot fall below the class means."""
 
 
 class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimator):
@@ -99,6 +100,14 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         W over the first half of refinement; "auto" is chosen on folds that hold out whole
         classes among β-Procrustes maps, with and without the directions shared by all support
         rows and all fitted prototypes; zero-shot unless a candidate beats it.
+    text_check : bool or "auto", default="auto"
+        Test whether the text has anything to teach the map: the names' geometry against the support's
+        class means (a Mantel test under class permutations, :mod:`~lfa_index.core.solvers.geometry`) and,
+        where one space holds both sides, zero-shot. Where neither is beyond chance, the fit serves the
+        support's own classifier (its class means at one shot) through an orthogonal map, without
+        refinement, on the rows as they are: a differing width is then widened, never shrunk, so nothing
+        is lost. "auto": where the fit chooses its own options (the default); True: always
+        (:meth:`paper` sets it); False: never, the paper's code as it runs (``LFA.paper(text_check=False)``).
     k : int, default=3
         Nearest prototypes in the ARerank loss.
     margin_scale : float, default=4.0
@@ -199,6 +208,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         "mapping": [StrOptions({"auto", *CLASS_MAPPINGS})],
         "keep_zero_shot": [BOOLEAN],
         "new_class_map": [StrOptions({"auto", "ema"})],
+        "text_check": [StrOptions({"auto"}), BOOLEAN],
         "k": [Interval(Integral, 1, None, closed="left")],
         "margin_scale": [Interval(Real, 0.0, None, closed="neither")],
         "lr": [Interval(Real, 0.0, None, closed="neither")],
@@ -233,6 +243,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         mapping: str = "auto",
         keep_zero_shot: bool = True,
         new_class_map: str = "auto",
+        text_check: bool | str = "auto",
         k: int = _DEFAULT.k,
         margin_scale: float = _DEFAULT.margin_scale,
         lr: float = _DEFAULT.lr,
@@ -262,6 +273,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         self.mapping = mapping
         self.keep_zero_shot = keep_zero_shot
         self.new_class_map = new_class_map
+        self.text_check = text_check
         self.k = k
         self.margin_scale = margin_scale
         self.lr = lr
@@ -290,7 +302,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     def paper(cls, **params: Any) -> "LFA":
         """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
         no preference for the identity, every option off, the wider side projected down, float32
-        arithmetic.
+        arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the names'
+        geometry and zero-shot are both at chance, the support's own classifier (class means at one
+        shot) in the rows' own space, which cannot fall below the class means.
+        ``LFA.paper(text_check=False)`` is the paper's code exactly.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 
@@ -313,10 +328,11 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         )
 
     def _fit_options(self, min_rows: int, affine: bool, same_space: bool,
-                     previous: FittedState | None) -> FitOptions:
+                     previous: FittedState | None, names_informative: bool | None = None) -> FitOptions:
         """The options of a supervised fit as asked for (``min_rows``: the support rows of the smallest
         class; ``affine``: whether queries reach W by an affine map, which centring and class biases
-        need; ``same_space``: no projection; ``previous``: the state a warm start keeps its centring of)."""
+        need; ``same_space``: no projection; ``previous``: the state a warm start keeps its centring of;
+        ``names_informative``: the verdict of ``text_check=True`` on the unprojected rows)."""
         mix = self.prototype_mix
         bias_mix = self.support_prototypes == "discriminant" and mix != "auto" and float(mix) > 0
         if not affine and (self.center is True or bias_mix):
@@ -343,7 +359,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             keep_zero_shot=bool(self.keep_zero_shot),
             new_class_map=self.new_class_map, cv_splits=int(self.cv_splits), cv_val_size=float(self.cv_val_size),
             blend=mix == "auto" and len(mixes) > 1 and affine and self.support_prototypes in ("auto", "discriminant"),
-            same_space=same_space,
+            same_space=same_space, text_check=self.text_check, names_informative=names_informative,
         )
 
     def _check_unsupervised_options(self) -> None:
@@ -385,6 +401,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             from tqdm.auto import tqdm
 
             from .device import resolve_device
+            from .solvers.geometry import names_at_chance
             from .solvers.supervised import solve_supervised
             from .solvers.unsupervised import solve_unsupervised
         except ImportError as err:
@@ -401,18 +418,24 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 "warm_start needs X and text_emb of the same dimensions as the previous fit "
                 f"({self.n_features_in_} and {self._prototype_dim()}); set warm_start=False to fit from scratch."
             )
-        widths = (x_np.shape[-1], p_np.shape[1])
-        width = widths[0] if widths[0] == widths[1] else \
-            (min(widths) if self._projection_kind(*widths) == "shrink" else max(widths))
-        check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
         # a fresh seed without touching torch's global generator (the caller's seeded code stays seeded)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
+        names_informative = None  # text_check=True: the names' geometry, read before any projection
+        if self.text_check is True and codes is not None and previous is None:
+            rows = x_np[:, 0] if x_np.ndim == 3 else x_np
+            names_informative = not names_at_chance(
+                F.normalize(torch.from_numpy(rows), dim=-1), torch.from_numpy(codes),
+                F.normalize(torch.from_numpy(p_np), dim=-1), random_state=seed)
+        widths = (x_np.shape[-1], p_np.shape[1])
+        shrink = self._projection_kind(*widths, names_informative) == "shrink"
+        width = widths[0] if widths[0] == widths[1] else (min(widths) if shrink else max(widths))
+        check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
         gen, coin = torch.Generator(device=device), torch.Generator()
         gen.manual_seed(seed)
         coin.manual_seed(seed + 1)
         d_img = int(x_np.shape[-1])
         if previous is None:
-            matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed)
+            matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed, names_informative)
         else:
             matrix, side, kind = previous.projection_, previous.projection_side_, previous.projection_kind_
         x = F.normalize(torch.from_numpy(project_rows(x_np, "image", matrix, side)).to(device), dim=-1)
@@ -435,7 +458,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             else:
                 counts = np.bincount(codes)
                 options = self._fit_options(int(counts[counts > 0].min()), affine_queries(kind, side), side is None,
-                                            previous)
+                                            previous, names_informative)
                 state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options, **shared)
         finally:
             bar.close()
@@ -448,7 +471,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             print(self.summary_, file=sys.stderr)
         return self
 
-    def _fit_projection(self, d_img: int, d_txt: int, seed: int) -> tuple[np.ndarray | None, str | None, str | None]:
+    def _fit_projection(self, d_img: int, d_txt: int, seed: int, names_informative: bool | None = None
+                        ) -> tuple[np.ndarray | None, str | None, str | None]:
         """The projection bridging differing widths: (matrix, side it maps, kind), all None for equal widths."""
         if d_img == d_txt:
             return None, None, None
@@ -457,7 +481,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 f"X has {d_img} dimensions but text_emb has {d_txt}; set projection='auto' "
                 "to bridge them with a seeded random projection, or embed both with models of the same width."
             )
-        kind = self._projection_kind(d_img, d_txt)
+        kind = self._projection_kind(d_img, d_txt, names_informative)
         image_wider = d_img > d_txt
         if kind == "shrink":
             side, d_in, d_out = ("image", d_img, d_txt) if image_wider else ("text", d_txt, d_img)
@@ -465,9 +489,12 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         side, d_in, d_out = ("text", d_txt, d_img) if image_wider else ("image", d_img, d_txt)
         return isometric_embedding_matrix(d_in, d_out, seed), side, kind
 
-    def _projection_kind(self, d_img: int, d_txt: int) -> str:
-        """How differing widths are bridged: "widen" or "shrink" (``projection="auto"``: "widen")."""
-        return "widen" if self.projection == "auto" else str(self.projection)
+    def _projection_kind(self, d_img: int, d_txt: int, names_informative: bool | None = None) -> str:
+        """How differing widths are bridged: "widen" or "shrink" (``projection="auto"``: "widen"; "widen"
+        too where ``text_check=True`` found the names at chance: the support's classifier loses nothing)."""
+        if self.projection == "auto" or names_informative is False:
+            return "widen"
+        return str(self.projection)
 
 
 def affine_queries(projection_kind: str | None, projection_side: str | None) -> bool:

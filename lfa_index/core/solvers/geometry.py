@@ -70,6 +70,14 @@ def geometry_is_informative(x: torch.Tensor, labels: torch.Tensor, prototypes: t
     return beyond_chance(evidence, present, alpha)
 
 
+def names_at_chance(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, *,
+                    alpha: float = IDENTITY_ALPHA, random_state: int = 0) -> bool:
+    """Whether the test could tell and found the prototypes' geometry no better than chance: False with
+    fewer than three classes with rows, where no Gram matrix can say anything (``text_check=True``)."""
+    present = int((torch.bincount(labels, minlength=prototypes.shape[0]) > 0).sum())
+    return present >= 3 and not geometry_is_informative(x, labels, prototypes, alpha=alpha, random_state=random_state)
+
+
 def _centred_gram(rows: np.ndarray) -> np.ndarray:
     """Gram matrix of the centred rows, zero on the diagonal."""
     centred = rows - rows.mean(axis=0)

@@ -113,6 +113,28 @@ def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
     return out
 
 
+def checks_names(options: FitOptions) -> bool:
+    """Whether the fit tests the names' geometry (``text_check``): "auto" where it chooses its own
+    options with the support's prototypes among them (the default), True always, False never."""
+    if options.text_check != "auto":
+        return bool(options.text_check)
+    return not options.paper_classifier and options.steps is None and options.beta is None \
+        and 1.0 in options.mixes and len(options.mixes) > 1
+
+
+def names_informative(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor, options: FitOptions,
+                      seed: int) -> bool:
+    """Whether the text has anything to teach the map: the names' geometry beyond chance (the estimator's
+    verdict on the unprojected rows where it took one), or zero-shot beyond chance where one space holds
+    both sides (asked here only where the options did not already ask it: ``LFA.paper()``)."""
+    geometry = options.names_informative if options.names_informative is not None else \
+        geometry_is_informative(x0, labels, prototypes, random_state=seed)
+    if geometry:
+        return True
+    asked = options.keep_zero_shot or options.new_class_map == "auto"
+    return options.same_space and not asked and identity_is_informative(x0, labels, prototypes)
+
+
 def solve_supervised(
     x: torch.Tensor,
     labels: torch.Tensor,
@@ -136,12 +158,11 @@ def solve_supervised(
     identity_informative = options.same_space and (options.keep_zero_shot or options.new_class_map == "auto") \
         and identity_is_informative(x0, labels, prototypes)
     # the names' geometry no better than chance (and no zero-shot): the text has nothing to teach the map
-    text_uninformative = warm is None and not options.paper_classifier and options.steps is None \
-        and options.beta is None and 1.0 in options.mixes and len(options.mixes) > 1 and not identity_informative \
-        and not geometry_is_informative(x0, labels, prototypes, random_state=seed)
+    text_uninformative = warm is None and checks_names(options) and not identity_informative \
+        and not names_informative(x0, labels, prototypes, options, seed)
     if text_uninformative:  # the support's own classifier, through an orthogonal map, without refinement
-        options = replace(options, beta=0.0, mixes=(1.0,), mappings=("task",), centers=(False,), refines=(False,),
-                          blend=False)
+        options = replace(options, beta=0.0, steps=None, mixes=(1.0,), mappings=("task",), centers=(False,),
+                          refines=(False,), blend=False)
     mean = x0.mean(dim=0) if warm is None or not warm.candidate.variant.center else warm.mean
     rows = variant_rows(x, labels, prototypes, options, identity_informative, seed, mean, warm)
     if text_uninformative:
