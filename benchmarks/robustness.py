@@ -90,13 +90,20 @@ METHODS: dict[str, str] = {
     "gda": "GDA",
     "kernel_ridge": "Kernel ridge",
     "lfa_kernel": "Default ⊕ kernel ridge",
+    "lfa_paper_code": "Paper's code (no guard)",
+    "lfa_paper_beta0": "Paper, β = 0",
 }
 """Method key → column label, in table order."""
+OPT_IN_METHODS: tuple[str, ...] = ("lfa_paper_code", "lfa_paper_beta0")
+"""Run only when ``--methods`` names them: the preset without its guard (``text_check=False``, the
+paper's code as it runs) and with β fixed at 0, the rule the preset does not take (``docs/algorithm.md``)."""
 LFA_MODELS = {
     "lfa_paper200": lambda seed: LFA.paper(steps=200, random_state=seed),
     "lfa": lambda seed: LFA(random_state=seed),
     "lfa_paper": lambda seed: LFA.paper(random_state=seed),
     "lfa_paper200_auto": lambda seed: LFA.paper(steps=200, precision="auto", random_state=seed),
+    "lfa_paper_code": lambda seed: LFA.paper(text_check=False, random_state=seed),
+    "lfa_paper_beta0": lambda seed: LFA.paper(beta=0.0, random_state=seed),
 }
 """The LFA fits, in the order they run on each support (the cost reference right before the default)."""
 BASELINE_METHODS: tuple[str, ...] = ("zero_shot", "nearest_class_mean", "linear_probe_cv", "gda", "kernel_ridge")
@@ -224,6 +231,7 @@ def cells(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             row["margin_combined"] = None if best is None or combined is None else combined - baselines[best]
             row["collapses_default"] = collapses(cell, "lfa")
             row["collapses_paper"] = collapses(cell, "lfa_paper")
+            row["collapses"] = {m: collapses(cell, m) for m in LFA_MODELS if m in cell}
             row["b_met"] = None if shots not in TARGET_SHOTS or row["margin"] is None else \
                 row["margin"] >= -TARGET_MARGIN
             row["b_met_combined"] = None if shots not in TARGET_SHOTS or row["margin_combined"] is None else \
@@ -294,7 +302,10 @@ def markdown(records: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- cost, default / `LFA.paper(steps=200)`: total {_ratio(v['cost_total']['ratio'])} (≤ {FIT_TIME_BUDGET:g}×: "
         f"{_met(v['cost_total']['met'])}), worst cell {_ratio(v['cost_cell']['ratio'])} (≤ {CELL_TIME_BUDGET:g}×: "
         f"{_met(v['cost_cell']['met'])})",
-        *same_arithmetic_line(records, cost), "",
+        *same_arithmetic_line(records, cost),
+        "- seeds more than " f"{COLLAPSE_MARGIN:g} points below that floor, per LFA fit run: " + ", ".join(
+            f"{METHODS[m]} {sum(len(r['collapses'][m] or []) for r in rows if m in r['collapses'])}"
+            for m in LFA_MODELS if any(m in r["collapses"] for r in rows)), "",
         "## Accuracy: mean over seeds (worst seed)", "",
     ]
     shown = [m for m in METHODS if any(m in r["methods"] for r in rows)]
@@ -428,7 +439,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pairs", nargs="+", choices=PAIR_NAMES, default=list(DEFAULT_PAIRS))
     parser.add_argument("--shots", nargs="+", type=int, default=list(DEFAULT_SHOTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS),
+                        default=[m for m in METHODS if m not in OPT_IN_METHODS])
     parser.add_argument("--threads", type=int, default=1, help="torch and BLAS threads (default 1)")
     parser.add_argument("--name", default=None, help="results file stem (default robustness; required with --merge)")
     parser.add_argument("--merge", nargs="+", metavar="STEM", help="join the records of earlier runs, run nothing")
