@@ -84,7 +84,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", nargs="+", type=int, help="support draws (default 0 1 2)")
     p.add_argument("--steps", help=f"LFA refinement steps or 'auto' (default {DEMO_STEPS}: chosen on the support)")
     p.add_argument("--paper", action="store_true",
-                   help="run the paper's LFA exactly (LFA.paper) instead of the default")
+                   help="run the paper's LFA (LFA.paper) instead of the default")
     p.add_argument("-o", "--output", default=DEFAULT_REPORT_DIR, metavar="DIR",
                    help=f"report folder (default {DEFAULT_REPORT_DIR})")
     p.set_defaults(func=run)

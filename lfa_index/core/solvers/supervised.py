@@ -4,7 +4,8 @@
 "auto" is chosen on the support set alone (:mod:`~lfa_index.core.solvers.beta` for β,
 :mod:`~lfa_index.core.solvers.selection` for the step count and the options). With every option off and
 ``keep_zero_shot=False`` it is the paper's algorithm: the text prototypes as the classifier, β by
-random-split CV, one full cosine run.
+random-split CV, one full cosine run; ``LFA.paper()`` adds one guard (``text_check=True``, see
+:func:`checks_names`).
 """
 
 from __future__ import annotations
