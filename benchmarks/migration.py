@@ -7,7 +7,8 @@ one run: the legacy model (old queries on the old store), a full re-index (new q
 model's documents), Procrustes, centred Procrustes, ridge (scikit-learn ``RidgeCV``, with
 intercept) and ``EmbeddingAligner``, fitted on pairs drawn from 100, 300 or all 1,400 documents,
 the same documents with their first sentences as more pairs (``"300+sentences"``: the new side
-embeds the sentences in its query role, as queries are), or on 5,000 unrelated sentences
+embeds the sentences in its query role, as queries are) or with every sentence of them
+(``"300+every"``, :func:`lfa_index.adapters.with_sentences`, the CLI's default), or on 5,000 unrelated sentences
 (Banking77 and AG News; no Cranfield text among them).
 nDCG@10 and recall@100 over the 225 queries with the corrected graded judgements; the share of
 the re-index's nDCG@10 in brackets. Pairs are embedded in the document role (e5 ``passage:``), as
@@ -52,7 +53,9 @@ DIRECTIONS: tuple[tuple[str, str], ...] = (
     ("minilm", "e5-small"), ("e5-small", "minilm"), ("static-64", "minilm"), ("minilm", "static-64"),
 )
 WITH_SENTENCES = "+sentences"
-PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "100+sentences", "300+sentences", "1400+sentences", "unrelated")
+WITH_EVERY = "+every"
+PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "100+sentences", "300+sentences", "1400+sentences",
+                                      "100+every", "300+every", "1400+every", "unrelated")
 PAIR_SEED = 0
 RIDGE_ALPHAS = np.logspace(-3, 3, 13)
 MUSE_ITERATIONS, CSLS_K = 5, 10
@@ -81,18 +84,22 @@ def baselines(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray) -> dict
 
 def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
     """The pairs of one row: ``count`` documents (a seeded draw), those documents and their first
-    sentences (``"300+sentences"``; the new side in its query role, the old side in its document
-    role), or the unrelated sentences."""
+    sentences (``"300+sentences"``) or every sentence of them (``"300+every"``; the new side in its
+    query role, the old side in its document role), or the unrelated sentences."""
     if count == "unrelated":
         return new.unrelated, old.unrelated
-    sentences = isinstance(count, str) and count.endswith(WITH_SENTENCES)
-    n = int(count[: -len(WITH_SENTENCES)]) if sentences else int(count)
+    suffix = next((s for s in (WITH_SENTENCES, WITH_EVERY) if isinstance(count, str) and count.endswith(s)), "")
+    n = int(count[: len(count) - len(suffix)]) if suffix else int(count)
     picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n]
     x_new, x_old = new.documents[picked], old.documents[picked]
-    if sentences:
+    if suffix == WITH_SENTENCES:
         views = np.flatnonzero(np.isin(new.sentence_of, picked))
         x_new = np.concatenate([x_new, new.first_sentences[views]])
         x_old = np.concatenate([x_old, old.first_sentences_as_documents[views]])
+    elif suffix == WITH_EVERY:
+        views = np.flatnonzero(np.isin(new.every_sentence_of, picked))
+        x_new = np.concatenate([x_new, new.every_sentence[views]])
+        x_old = np.concatenate([x_old, old.every_sentence_as_documents[views]])
     return x_new, x_old
 
 
@@ -220,7 +227,9 @@ def table(records: list[dict[str, Any]]) -> str:
             cells.append("" if v is None else
                          f"{v['ndcg10']:.3f} / {v['recall100']:.3f} ({100 * v['share_of_reindex']:.0f}%)")
         label = ("5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}" if isinstance(r["pairs"], int)
-                 else f"{int(r['pairs'][:-len(WITH_SENTENCES)]):,} + first sentences ({r['n_pairs']:,} pairs)")
+                 else f"{int(r['pairs'][:-len(WITH_SENTENCES)]):,} + first sentences ({r['n_pairs']:,} pairs)"
+                 if r["pairs"].endswith(WITH_SENTENCES)
+                 else f"{int(r['pairs'][:-len(WITH_EVERY)]):,} + every sentence ({r['n_pairs']:,} pairs)")
         lines.append(f"| {r['new']} -> {r['old']} | {label} | " + " | ".join(cells)
                      + f" | {'yes' if r['aligner_above_simple'] else 'no'} |")
     return "\n".join(lines)
@@ -258,15 +267,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_data_argument(parser)
     parser.add_argument("--pairs", nargs="+", default=[str(c) for c in PAIR_COUNTS],
-                        help="pair counts to run (100, 300, 1400, 300+sentences, ..., unrelated; default all)")
+                        help="pair counts to run (100, 300, 1400, 300+sentences, 300+every, ..., unrelated; "
+                             "default all)")
     parser.add_argument("--name", default="migration", help="results file name (default migration)")
     args = parser.parse_args(argv)
     counts = tuple(int(c) if c.isdigit() else c for c in args.pairs)
-    bad = [c for c in counts if isinstance(c, str) and c != "unrelated" and not (
-        c.endswith(WITH_SENTENCES) and c[: -len(WITH_SENTENCES)].isdigit())]
+    bad = [c for c in counts if isinstance(c, str) and c != "unrelated" and not any(
+        c.endswith(s) and c[: -len(s)].isdigit() for s in (WITH_SENTENCES, WITH_EVERY))]
     if bad:
         parser.error(f"--pairs {bad[0]!r}: give a count (300), a count and its documents' first sentences "
-                     "(300+sentences), or unrelated.")
+                     "(300+sentences) or every sentence (300+every), or unrelated.")
     started = time.perf_counter()
     data, rows = every_model_rows(args.data)
     records = [r for new, old in DIRECTIONS for r in run_direction(new, old, rows, data.qrels, counts)]

@@ -10,7 +10,8 @@
   its document role and queries in its query role (e5: ``passage:`` / ``query:``; MiniLM and
   static-64 have one role).
 * **Short views**: the first sentence of each document with more than one
-  (:func:`lfa_index.adapters.first_sentence`), embedded in both roles: pairs of the queries' length.
+  (:func:`lfa_index.adapters.first_sentence`), and every sentence of it
+  (:func:`lfa_index.adapters.sentences`), each embedded in both roles: pairs of the queries' length.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from benchmarks.data import CACHE_DIR, data_root
 from lfa_index.adapters import first_sentence, make_encoder
+from lfa_index.adapters import sentences as split_sentences
 
 ENCODER_CACHE = CACHE_DIR / "encoders"
 MODELS: dict[str, tuple[str, str]] = {  # name -> (document-role SPEC, query-role SPEC)
@@ -104,6 +106,9 @@ class ModelRows:
     first_sentences: np.ndarray  # query role: each document's first sentence (``first_sentence``), where it has one
     sentence_of: np.ndarray  # the document index of each row of first_sentences
     first_sentences_as_documents: np.ndarray  # the same sentences in the document role
+    every_sentence: np.ndarray  # query role: every sentence of each document with more than one (``sentences``)
+    every_sentence_of: np.ndarray  # the document index of each row of every_sentence
+    every_sentence_as_documents: np.ndarray  # the same sentences in the document role
 
 
 def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
@@ -114,6 +119,8 @@ def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
     sentence_of = np.array([i for i, v in enumerate(views) if v is not None])
     sentences = [views[i] for i in sentence_of]
     sentence_rows = embed(query_spec, sentences)
+    every = [(i, s) for i, d in enumerate(data.documents) for s in split_sentences(d)]
+    every_rows = embed(query_spec, [s for _, s in every])
     return ModelRows(
         documents=embed(document_spec, data.documents),
         queries=embed(query_spec, data.queries),
@@ -122,6 +129,10 @@ def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
         first_sentences=sentence_rows,
         sentence_of=sentence_of,
         first_sentences_as_documents=sentence_rows if query_spec == document_spec else embed(document_spec, sentences),
+        every_sentence=every_rows,
+        every_sentence_of=np.array([i for i, _ in every]),
+        every_sentence_as_documents=every_rows if query_spec == document_spec else
+        embed(document_spec, [s for _, s in every]),
     )
 
 

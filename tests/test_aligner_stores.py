@@ -197,16 +197,19 @@ def test_align_embeds_a_text_sample_with_both_models(tmp_path, capsys):
     assert (aligner.n_features_in_, aligner.n_features_out_) == (64, 384)
 
 
-@pytest.mark.parametrize("flag, needle", [(None, "12 texts and 4 first sentences"),
-                                          ("--no-first-sentences", "12 texts with")])
-def test_align_pairs_the_first_sentence_of_longer_texts_unless_asked_not_to(tmp_path, capsys, flag, needle):
+@pytest.mark.parametrize("flag, needle", [((), "12 texts and 8 sentences"),
+                                          (("--sentences", "first"), "12 texts and 4 first sentences"),
+                                          (("--sentences", "none"), "12 texts with"),
+                                          (("--no-first-sentences",), "12 texts with"),
+                                          (("--first-sentences",), "12 texts and 4 first sentences")])
+def test_align_pairs_every_sentence_of_longer_texts_or_the_first_or_none(tmp_path, capsys, flag, needle):
     lines = [f"how do I {verb} my card" for verb in ("activate", "block", "replace", "top up", "cancel", "freeze",
                                                      "unfreeze", "renew")]
     lines += [f"my card was {what} last week. what should I do about it now?" for what in
               ("stolen", "declined", "charged twice", "swallowed by an ATM")]
     (tmp_path / "sample.txt").write_text("\n".join(lines))
     code, out, err = run(capsys, "align", "--texts", tmp_path / "sample.txt", "--new-model", "static-64",
-                         "--old-model", "minilm", "--steps", "0", "-o", tmp_path / "map", *([flag] if flag else []))
+                         "--old-model", "minilm", "--steps", "0", "-o", tmp_path / "map", *flag)
     assert code == 0, err
     assert needle in out + err
 

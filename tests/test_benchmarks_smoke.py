@@ -496,17 +496,20 @@ def test_the_base_to_new_harness_runs_every_method_and_scores_new_classes_apart(
     assert all(0.0 <= r[key] <= 100.0 for r in records for key in ("base", "new", "H"))
 
 
-def test_migration_pairs_add_each_drawn_documents_first_sentence_in_the_right_roles():
+def test_migration_pairs_add_each_drawn_documents_first_sentence_or_every_sentence_in_the_right_roles():
     from benchmarks.migration import PAIR_SEED, pairs
     from benchmarks.migration_data import ModelRows
 
     rng = np.random.default_rng(0)
+    every_of = np.array([0, 0, 2, 3, 3, 3, 5, 9])
 
     def rows(width: int) -> ModelRows:
-        docs, sent_q, sent_d = (rng.normal(size=(n, width)).astype(np.float32) for n in (10, 6, 6))
+        docs, sent_q, sent_d, every_q, every_d = (rng.normal(size=(n, width)).astype(np.float32)
+                                                  for n in (10, 6, 6, 8, 8))
         return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[:3],
                          first_sentences=sent_q, sentence_of=np.array([0, 2, 3, 5, 7, 9]),
-                         first_sentences_as_documents=sent_d)
+                         first_sentences_as_documents=sent_d, every_sentence=every_q, every_sentence_of=every_of,
+                         every_sentence_as_documents=every_d)
 
     new, old = rows(4), rows(3)
     picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
@@ -517,6 +520,11 @@ def test_migration_pairs_add_each_drawn_documents_first_sentence_in_the_right_ro
     np.testing.assert_array_equal(x_old, expected_old)
     plain_new, _ = pairs(5, new, old, 10)
     np.testing.assert_array_equal(plain_new, new.documents[picked])
+    x_new, x_old = pairs("5+every", new, old, 10)
+    every = [i for i, doc in enumerate(every_of) if doc in set(picked.tolist())]
+    np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.every_sentence[every]]))
+    expected_old = np.concatenate([old.documents[picked], old.every_sentence_as_documents[every]])
+    np.testing.assert_array_equal(x_old, expected_old)
 
 
 def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):

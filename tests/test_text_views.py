@@ -2,7 +2,7 @@
 
 import pytest
 
-from lfa_index.adapters import first_sentence, with_first_sentences
+from lfa_index.adapters import first_sentence, sentences, with_first_sentences, with_sentences
 from lfa_index.errors import InputTypeError
 
 
@@ -26,3 +26,24 @@ def test_with_first_sentences_keeps_the_texts_then_adds_each_new_view_in_order()
 def test_with_first_sentences_refuses_a_lone_string():
     with pytest.raises(InputTypeError, match="wrap it in a list"):
         with_first_sentences("one text. two sentences here.")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Abstract. We measure the lift of a thin wing. Then the drag. It falls as the angle grows.",
+     ["We measure the lift of a thin wing.", "It falls as the angle grows."]),
+    ("one sentence only, with no second one", []),
+    ("Short. Tiny.", []),
+    ("only one long sentence here. Tiny.", ["only one long sentence here."]),
+])
+def test_sentences_are_every_long_enough_sentence_in_order_and_none_when_that_is_the_text(text, expected):
+    assert sentences(text) == expected
+    assert first_sentence(text) == (expected[0] if expected else None)
+
+
+def test_with_sentences_keeps_the_texts_then_adds_every_sentence_of_each_in_order():
+    texts = ["a single plain sentence here", "first part of it is here. and then a second part.",
+             "the other text starts here. it goes on and on."]
+    assert with_sentences(texts) == texts + ["first part of it is here.", "and then a second part.",
+                                             "the other text starts here.", "it goes on and on."]
+    with pytest.raises(InputTypeError, match="wrap it in a list"):
+        with_sentences("one text. two sentences here.")

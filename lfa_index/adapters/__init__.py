@@ -37,7 +37,7 @@ from .prompts import (
 from .registry import ENCODER_FORMS, make_encoder, minilm_path
 from .sentence_transformer import SentenceTransformerSource
 from .static import StaticEmbeddingSource
-from .text_views import first_sentence, with_first_sentences
+from .text_views import first_sentence, sentences, with_first_sentences, with_sentences
 from .vision import VisionBackboneSource
 
 __all__ = [
@@ -57,7 +57,9 @@ __all__ = [
     "ENCODER_FORMS",
     "prompt_ensemble",
     "first_sentence",
+    "sentences",
     "with_first_sentences",
+    "with_sentences",
     "PHOTO_TEMPLATE",
     "VIDEO_FRAME_TEMPLATE",
     "COOP_TEMPLATES",

@@ -1,9 +1,10 @@
 """Short views of longer texts: more pairs for :class:`~lfa_index.EmbeddingAligner` from the same sample.
 
-Queries are short; a sample of documents is not. Pairing each document's first sentence as well
-(both models embed it) adds pairs from the queries' own length range at the cost of one short
-embedding per document. On Cranfield it lifts the aligner most where pairs are few
-(``benchmarks/results/migration.md``, the rows "+ first sentences").
+Queries are short; a sample of documents is not. Pairing each document's sentences as well (both
+models embed them) adds pairs from the queries' own length range and from the store's own domain,
+at the cost of one short embedding per sentence. On Cranfield every sentence lifts the aligner
+more than the first sentence alone, most where documents are few
+(``benchmarks/results/migration.md``, the rows "+ every sentence" and "+ first sentences").
 """
 
 from __future__ import annotations
@@ -18,14 +19,25 @@ MIN_WORDS = 4
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def first_sentence(text: str, *, min_words: int = MIN_WORDS) -> str | None:
-    """The first sentence of ``text`` with at least ``min_words`` words, or None where that is the
-    whole text (nothing new to pair) or no sentence is that long."""
+def sentences(text: str, *, min_words: int = MIN_WORDS) -> list[str]:
+    """Every sentence of ``text`` with at least ``min_words`` words, in order; none where that is the
+    whole text (nothing new to pair)."""
     whole = " ".join(text.split())
-    for sentence in _SENTENCE_END.split(whole):
-        if len(sentence.split()) >= min_words:
-            return None if sentence == whole else sentence
-    return None
+    found = [sentence for sentence in _SENTENCE_END.split(whole) if len(sentence.split()) >= min_words]
+    return [] if found == [whole] else found
+
+
+def first_sentence(text: str, *, min_words: int = MIN_WORDS) -> str | None:
+    """The first of :func:`sentences`, or None where there is none."""
+    found = sentences(text, min_words=min_words)
+    return found[0] if found else None
+
+
+def with_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS) -> list[str]:
+    """``texts`` followed by every sentence of each text that has more than one (:func:`sentences`),
+    in the order of ``texts``: the most pairs a sample of documents gives, at one short embedding each."""
+    texts = check_texts(texts, name="texts")
+    return list(texts) + [sentence for text in texts for sentence in sentences(text, min_words=min_words)]
 
 
 def with_first_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS) -> list[str]:

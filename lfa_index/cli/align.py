@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 
 from lfa_index import EmbeddingAligner
-from lfa_index.adapters import ENCODER_FORMS, load_embeddings, with_first_sentences
+from lfa_index.adapters import ENCODER_FORMS, load_embeddings, with_first_sentences, with_sentences
 from lfa_index.errors import CLIError
 
 from .console import Console
 from .inputs import encoder_from_args
 from .options import add_command, positive_int
 from .readers import EMBEDDING_FILES, read_texts
+
+SENTENCE_VIEWS: tuple[str, ...] = ("every", "first", "none")
+"""What ``--sentences`` pairs beside each text of ``--texts`` (:mod:`lfa_index.adapters.text_views`)."""
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -36,9 +39,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--new-model", metavar="SPEC",
                    help="encoder of --texts on the new side, in the role queries will have (e5-small: query)")
     p.add_argument("--old-model", metavar="SPEC", help="encoder of --texts on the old side (the store's model)")
-    p.add_argument("--first-sentences", action=argparse.BooleanOptionalAction, default=True,
-                   help="also pair the first sentence of each text of --texts that has more than one: pairs as "
-                        "short as queries (default on; see docs/migration.md)")
+    p.add_argument("--sentences", choices=SENTENCE_VIEWS, default="every",
+                   help="also pair the sentences of each text of --texts that has more than one: every one "
+                        "(default), the first, or none. Pairs as short as queries, from the store's own domain "
+                        "(see docs/migration.md)")
+    # the flags of earlier releases (first sentences on by default)
+    p.add_argument("--first-sentences", dest="sentences", action="store_const", const="first", help=argparse.SUPPRESS)
+    p.add_argument("--no-first-sentences", dest="sentences", action="store_const", const="none",
+                   help=argparse.SUPPRESS)
     p.add_argument("--query-sample", metavar="FILE",
                    help="new-model query embeddings (unpaired) when the pairs' new side was embedded in another "
                         "role (e5 passages): a centred map is served around their mean")
@@ -67,8 +75,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if not (args.new_model and args.old_model):
             raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
         texts_read = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
-        sample = with_first_sentences(texts_read) if args.first_sentences else list(texts_read)
-        extra = f" and {len(sample) - len(texts_read)} first sentences" if len(sample) > len(texts_read) else ""
+        views = {"every": with_sentences, "first": with_first_sentences, "none": list}[args.sentences]
+        sample = views(texts_read)
+        added = len(sample) - len(texts_read)
+        extra = f" and {added} {'first ' if args.sentences == 'first' else ''}sentences" if added else ""
         console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model} and {args.old_model}")
         x_new = encoder_from_args(args, console, args.new_model).embed_texts(sample)
         x_old = encoder_from_args(args, console, args.old_model).embed_texts(sample)
