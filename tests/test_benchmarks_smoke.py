@@ -354,7 +354,8 @@ def test_the_pair_matrix_runs_in_parts_writes_its_table_and_merges(tmp_path, mon
                      "nearest_class_mean", "kernel_ridge", "zero_shot", *common])
     part = json.loads((tmp_path / "a.json").read_text())
     methods = {r["method"] for r in part["records"]}
-    assert methods == set(robustness.METHODS) and len(part["records"]) == 2 * len(robustness.METHODS)
+    run_by_default = set(robustness.METHODS) - set(robustness.OPT_IN_METHODS)  # the opt-in variants only on ask
+    assert methods == run_by_default and len(part["records"]) == 2 * len(run_by_default)
     default = [r for r in part["records"] if r["method"] == "lfa"]
     assert all(r["summary"] and r["beta_selection"] and r["fit_seconds"] > 0 for r in default)
     assert part["cost"]["total_ratio"] > 0 and part["verdict"]["a_default"]["seeds"] == 2
@@ -372,6 +373,10 @@ def test_the_pair_matrix_runs_in_parts_writes_its_table_and_merges(tmp_path, mon
     with pytest.raises(SystemExit):  # the average needs both of its parts
         robustness.main(["--pairs", "minilm~minilm", "--methods", "lfa", "lfa_kernel", *common])
     assert merged["meta"]["command"].endswith("--merge a b --name both --out-dir " + str(tmp_path))
+    robustness.main(["--pairs", "static64~minilm", "--seeds", "1", "--name", "c", "--methods", "lfa_paper",
+                     "lfa_paper_code", "nearest_class_mean", *common])
+    asked = (tmp_path / "c.md").read_text()
+    assert "Paper's code (no guard)" in asked and "per LFA fit run: Paper " in asked
     with pytest.raises(SystemExit, match="share"):
         robustness.main(["--merge", "a", "a", "--name", "twice", "--out-dir", str(tmp_path)])
     with pytest.raises(SystemExit):  # an unnamed merge would overwrite robustness.json
