@@ -82,25 +82,29 @@ def baselines(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray) -> dict
     }
 
 
-def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int) -> tuple[np.ndarray, np.ndarray]:
+def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The pairs of one row: ``count`` documents (a seeded draw), those documents and their first
     sentences (``"300+sentences"``) or every sentence of them (``"300+every"``; the new side in its
-    query role, the old side in its document role), or the unrelated sentences."""
+    query role, the old side in its document role), or the unrelated sentences; and each row's
+    document (the aligner's ``groups``: a document's views are held out together), None for unrelated ones."""
     if count == "unrelated":
-        return new.unrelated, old.unrelated
+        return new.unrelated, old.unrelated, None
     suffix = next((s for s in (WITH_SENTENCES, WITH_EVERY) if isinstance(count, str) and count.endswith(s)), "")
     n = int(count[: len(count) - len(suffix)]) if suffix else int(count)
     picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n]
-    x_new, x_old = new.documents[picked], old.documents[picked]
+    x_new, x_old, groups = new.documents[picked], old.documents[picked], picked
     if suffix == WITH_SENTENCES:
         views = np.flatnonzero(np.isin(new.sentence_of, picked))
         x_new = np.concatenate([x_new, new.first_sentences[views]])
         x_old = np.concatenate([x_old, old.first_sentences_as_documents[views]])
+        groups = np.concatenate([groups, new.sentence_of[views]])
     elif suffix == WITH_EVERY:
         views = np.flatnonzero(np.isin(new.every_sentence_of, picked))
         x_new = np.concatenate([x_new, new.every_sentence[views]])
         x_old = np.concatenate([x_old, old.every_sentence_as_documents[views]])
-    return x_new, x_old
+        groups = np.concatenate([groups, new.every_sentence_of[views]])
+    return x_new, x_old, groups
 
 
 def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dict[int, int]],
@@ -117,18 +121,18 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
     reindex = fixed["full re-index (new model)"][0]
     out = []
     for count in counts:
-        x_new, x_old = pairs(count, rows[new], rows[old], n_docs)
+        x_new, x_old, groups = pairs(count, rows[new], rows[old], n_docs)
         results, candidates = dict(fixed), None
         for name, mapped in baselines(x_new, x_old, queries).items():
             results[name] = ndcg_recall(scores(mapped, store), qrels)
         started = time.perf_counter()
         aligner = EmbeddingAligner(random_state=0).fit(
-            x_new, x_old, queries=rows[new].unrelated_queries if query_role else None)
+            x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
         fit_s = time.perf_counter() - started
         results["EmbeddingAligner"] = ndcg_recall(aligner.transform(queries) @ store.T, qrels)
         if count == 1400:  # the least-squares maps as candidates too: what held-out pairs pick, and what queries get
             wide = EmbeddingAligner(maps="all", random_state=0).fit(
-                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None)
+                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
             results["EmbeddingAligner, maps='all'"] = ndcg_recall(wide.transform(queries) @ store.T, qrels)
             candidates = wide.selection_["candidates"]
         if query_role and aligner.center_:

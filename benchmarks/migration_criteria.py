@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         query_mean = l2_normalize(rows[new].unrelated_queries).mean(axis=0) if query_role else None
         reindex = ndcg_recall(queries @ rows[new].documents.T, data.qrels)[0]
         for count in COUNTS:
-            x_new, x_old = pairs(count, rows[new], rows[old], len(store))
+            x_new, x_old, _ = pairs(count, rows[new], rows[old], len(store))
             found = candidates_of(x_new, x_old, queries, store, data.qrels, query_mean)
             best = max(found, key=lambda c: c["query_ndcg10"])
             record = {"new": new, "old": old, "pairs": str(count), "reindex": reindex, "oracle": best["query_ndcg10"],

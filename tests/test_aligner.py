@@ -253,3 +253,22 @@ def test_inputs_and_parameters_fail_with_typed_errors(fitted):
     with pytest.raises(ShapeError):
         aligner.fit(x, y[:5])
     assert aligner.__dict__.keys() == state.keys() and aligner.W_ is state["W_"]  # a failed fit changes nothing
+
+
+def test_groups_hold_each_documents_views_out_together():
+    """With groups, no group has pairs on both sides of a fold, and every pair is held out once; the
+    aligner refuses groups of the wrong length and groups of unpaired samples."""
+    from lfa_index.core.solvers.migration import heldout_folds
+
+    groups = np.repeat(np.arange(40), np.random.default_rng(0).integers(1, 6, 40))
+    folds = heldout_folds(len(groups), 3, seed=0, groups=groups)
+    assert sorted(np.concatenate([va for _, va in folds]).tolist()) == list(range(len(groups)))
+    for train, held in folds:
+        assert not set(groups[train]) & set(groups[held])
+    x, y, _ = planted(n=len(groups), noise=0.05)
+    aligner = EmbeddingAligner(steps=0, random_state=0).fit(x, y, groups=[f"doc{g}" for g in groups])
+    assert aligner.selection_["heldout_mrr"] > 0.5
+    with pytest.raises(ShapeError, match="one label per pair"):
+        EmbeddingAligner(steps=0).fit(x, y, groups=groups[:-1])
+    with pytest.raises(InvalidParameterError, match="paired=False"):
+        EmbeddingAligner(steps=0).fit(x, y, paired=False, groups=groups)

@@ -518,15 +518,18 @@ def test_migration_pairs_add_each_drawn_documents_first_sentence_or_every_senten
 
     new, old = rows(4), rows(3)
     picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
-    x_new, x_old = pairs("5+sentences", new, old, 10)
+    x_new, x_old, groups = pairs("5+sentences", new, old, 10)
     views = [i for i, doc in enumerate([0, 2, 3, 5, 7, 9]) if doc in set(picked.tolist())]
     np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.first_sentences[views]]))
     expected_old = np.concatenate([old.documents[picked], old.first_sentences_as_documents[views]])
     np.testing.assert_array_equal(x_old, expected_old)
-    plain_new, _ = pairs(5, new, old, 10)
+    np.testing.assert_array_equal(groups, np.concatenate([picked, np.array([0, 2, 3, 5, 7, 9])[views]]))
+    plain_new, _, plain_groups = pairs(5, new, old, 10)
     np.testing.assert_array_equal(plain_new, new.documents[picked])
-    x_new, x_old = pairs("5+every", new, old, 10)
+    np.testing.assert_array_equal(plain_groups, picked)
+    x_new, x_old, groups = pairs("5+every", new, old, 10)
     every = [i for i, doc in enumerate(every_of) if doc in set(picked.tolist())]
+    np.testing.assert_array_equal(groups, np.concatenate([picked, every_of[every]]))
     np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.every_sentence[every]]))
     expected_old = np.concatenate([old.documents[picked], old.every_sentence_as_documents[every]])
     np.testing.assert_array_equal(x_old, expected_old)

@@ -47,3 +47,11 @@ def test_with_sentences_keeps_the_texts_then_adds_every_sentence_of_each_in_orde
                                              "the other text starts here.", "it goes on and on."]
     with pytest.raises(InputTypeError, match="wrap it in a list"):
         with_sentences("one text. two sentences here.")
+
+
+def test_views_can_say_which_text_each_row_came_from():
+    texts = ["a single plain sentence here", "first part of it is here. and then a second part."]
+    rows, sources = with_sentences(texts, return_sources=True)
+    assert rows == with_sentences(texts) and sources.tolist() == [0, 1, 1, 1]
+    rows, sources = with_first_sentences(texts, return_sources=True)
+    assert rows == with_first_sentences(texts) and sources.tolist() == [0, 1, 1]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import numpy as np
+
 from ..core.validation import check_texts
 
 MIN_WORDS = 4
@@ -33,16 +35,30 @@ def first_sentence(text: str, *, min_words: int = MIN_WORDS) -> str | None:
     return found[0] if found else None
 
 
-def with_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS) -> list[str]:
+def with_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS,
+                   return_sources: bool = False) -> list[str] | tuple[list[str], np.ndarray]:
     """``texts`` followed by every sentence of each text that has more than one (:func:`sentences`),
-    in the order of ``texts``: the most pairs a sample of documents gives, at one short embedding each."""
+    in the order of ``texts``: the most pairs a sample of documents gives, at one short embedding each.
+    With ``return_sources``, also the index of the text each row came from: pass it as ``groups`` to
+    :meth:`~lfa_index.EmbeddingAligner.fit`, so that a document's views are held out together."""
     texts = check_texts(texts, name="texts")
-    return list(texts) + [sentence for text in texts for sentence in sentences(text, min_words=min_words)]
+    views = [(i, sentence) for i, text in enumerate(texts) for sentence in sentences(text, min_words=min_words)]
+    return _joined(texts, views, return_sources)
 
 
-def with_first_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS) -> list[str]:
+def _joined(texts: Sequence[str], views: list[tuple[int, str]],
+            return_sources: bool) -> list[str] | tuple[list[str], np.ndarray]:
+    rows = list(texts) + [view for _, view in views]
+    if not return_sources:
+        return rows
+    return rows, np.concatenate([np.arange(len(texts)), np.array([i for i, _ in views], dtype=np.int64)])
+
+
+def with_first_sentences(texts: Sequence[str], *, min_words: int = MIN_WORDS,
+                         return_sources: bool = False) -> list[str] | tuple[list[str], np.ndarray]:
     """``texts`` followed by the first sentence of each text that has more than one
-    (:func:`first_sentence`), in the order of ``texts``."""
+    (:func:`first_sentence`), in the order of ``texts``; with ``return_sources``, also the index of
+    the text each row came from (``groups`` of :meth:`~lfa_index.EmbeddingAligner.fit`)."""
     texts = check_texts(texts, name="texts")
-    views = [first_sentence(t, min_words=min_words) for t in texts]
-    return list(texts) + [v for v in views if v is not None]
+    views = [(i, first_sentence(t, min_words=min_words)) for i, t in enumerate(texts)]
+    return _joined(texts, [(i, v) for i, v in views if v is not None], return_sources)

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise CLIError(
             "give the pairs one way: --new FILE --old FILE, or --texts FILE --new-model SPEC --old-model SPEC."
         )
+    groups = None
     if files:
         if not (args.new and args.old):
             raise CLIError("--new and --old go together: the same items embedded by the new and the old model.")
@@ -75,8 +76,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if not (args.new_model and args.old_model):
             raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
         texts_read = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
-        views = {"every": with_sentences, "first": with_first_sentences, "none": list}[args.sentences]
-        sample = views(texts_read)
+        if args.sentences == "none":
+            sample, groups = list(texts_read), None
+        else:  # each view is held out with its text when the map is chosen
+            views = with_sentences if args.sentences == "every" else with_first_sentences
+            sample, groups = views(texts_read, return_sources=True)
         added = len(sample) - len(texts_read)
         extra = f" and {added} {'first ' if args.sentences == 'first' else ''}sentences" if added else ""
         console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model} and {args.old_model}")
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     queries = load_embeddings(args.query_sample)[0] if args.query_sample else None
     aligner = EmbeddingAligner(steps=0 if steps == "0" else steps, device=args.device, random_state=args.seed,
                                verbose=console.progress)
-    aligner.fit(x_new, x_old, paired=not args.unpaired, queries=queries)
+    aligner.fit(x_new, x_old, paired=not args.unpaired, queries=queries, groups=None if args.unpaired else groups)
     aligner.save(args.out)
     console.note(f"saved {args.out}: {aligner.n_features_in_}-d new-model queries -> {aligner.n_features_out_}-d "
                  "old-model rows (the fit's summary line above is saved with it)")

@@ -29,7 +29,7 @@ from ..core.validation import (
     check_param,
     validate_params,
 )
-from ..errors import DimensionMismatchError, MissingExtraError, ShapeError
+from ..errors import DimensionMismatchError, InvalidParameterError, MissingExtraError, ShapeError
 
 _DEFAULT = RefineConfig()
 MAP_KINDS = ("orthogonal", "all")
@@ -158,7 +158,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         return RefineConfig(**{name: getattr(self, name) for name in REFINE_PARAMS})
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X_new: Any, X_old: Any, *, paired: bool = True, queries: Any = None) -> "EmbeddingAligner":
+    def fit(self, X_new: Any, X_old: Any, *, paired: bool = True, queries: Any = None,
+            groups: Any = None) -> "EmbeddingAligner":
         """Learn the map from rows of the same items embedded by the new model and by the old one.
 
         Parameters
@@ -174,12 +175,17 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             ``"query: "`` prefix), not paired with anything: when the pairs were embedded in
             another role (e5's ``"passage: "``), a centred map is served around their mean. The
             held-out pairs cannot score that map, so ``steps="auto"`` then keeps the closed form.
+        groups : (n,) or None
+            A label per pair (any hashable values): pairs that share one are held out together when
+            the map is chosen, as scikit-learn's ``GroupKFold`` does. Give the source text of each
+            view (``lfa_index.adapters.with_sentences(texts, return_sources=True)``): held-out
+            sentences then never meet a map fitted on their own document.
 
         A fit that raises leaves the estimator as it was.
         """
-        return fit_or_restore(self, self._fit, X_new, X_old, paired, queries)
+        return fit_or_restore(self, self._fit, X_new, X_old, paired, queries, groups)
 
-    def _fit(self, X_new: Any, X_old: Any, paired: Any, queries: Any) -> "EmbeddingAligner":
+    def _fit(self, X_new: Any, X_old: Any, paired: Any, queries: Any, groups: Any = None) -> "EmbeddingAligner":
         started = time.perf_counter()
         validate_params(self.get_params(deep=False), self._parameter_constraints, type(self).__name__)
         check_param(paired, "paired", [BOOLEAN])
@@ -204,6 +210,14 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
                 f"X_new has {len(x_new)} rows but X_old has {len(x_old)}; paired rows embed the same items in the "
                 "same order (pass paired=False for two unrelated samples)."
             )
+        codes = None
+        if groups is not None:
+            if not paired:
+                raise InvalidParameterError("groups label paired rows; with paired=False there is nothing to group.")
+            labels = np.asarray(groups)
+            if labels.ndim != 1 or len(labels) != len(x_new):
+                raise ShapeError(f"groups has shape {labels.shape}, not ({len(x_new)},): one label per pair.")
+            codes = np.unique(labels, return_inverse=True)[1].reshape(-1)
         sample = None
         if queries is not None:
             sample = l2_normalize(check_embeddings(queries, name="queries"))
@@ -226,7 +240,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
                     kinds=KINDS if self.maps == "all" else DEFAULT_KINDS,
                     steps=None if self.steps == "auto" else int(self.steps), config=self.refine_config(),
                     n_folds=int(self.cv_folds), batch_pairs=int(self.batch_pairs), seed=seed, generator=gen,
-                    coin=coin, serve_mean=serve_mean, progress=bar,
+                    coin=coin, serve_mean=serve_mean, groups=codes, progress=bar,
                 )
             finally:
                 bar.close()

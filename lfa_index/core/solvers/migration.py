@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.model_selection import KFold
+from sklearn.model_selection import GroupKFold, KFold
 
 from ..config import RefineConfig
 from .beta import significantly_better
@@ -180,10 +180,16 @@ def reciprocal_ranks(mapped: torch.Tensor, gallery: torch.Tensor, partners: torc
     return (1.0 / ranks.double()).cpu().numpy()
 
 
-def heldout_folds(n: int, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Random folds of the pairs (scikit-learn's ``KFold``): each pair is held out once."""
-    folds = KFold(n_splits=min(n_folds, n), shuffle=True, random_state=seed)
-    return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n))]
+def heldout_folds(n: int, n_folds: int, seed: int, groups: np.ndarray | None = None
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Random folds of the pairs (scikit-learn's ``KFold``): each pair is held out once. With ``groups``
+    (n,), pairs of one group (the sentences of one document) are held out together (``GroupKFold``), so
+    that no held-out pair is scored by a map fitted on its own document's other views."""
+    if groups is None:
+        folds = KFold(n_splits=min(n_folds, n), shuffle=True, random_state=seed)
+        return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n))]
+    folds = GroupKFold(n_splits=min(n_folds, len(np.unique(groups))), shuffle=True, random_state=seed)
+    return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n), groups=groups)]
 
 
 @dataclass
@@ -273,6 +279,7 @@ def fit_pairs(
     generator: torch.Generator,
     coin: torch.Generator,
     serve_mean: torch.Tensor | None = None,
+    groups: np.ndarray | None = None,
     progress: Any = None,
 ) -> PairFit:
     """The aligner's fit on L2-normalised pairs (n, d_new) and (n, d_old) (module docstring).
@@ -281,11 +288,13 @@ def fit_pairs(
     runs that many. ``serve_mean`` (d_new,) replaces the pairs' mean in a centred map's served
     ``z = (x̂ − μ) W`` (the mean of query-role rows; held-out pairs keep the pairs' own mean, so a
     step count cannot be chosen for it and ``steps=None`` then keeps the closed form).
+    ``groups`` (n,) hold the pairs of one group out together (:func:`heldout_folds`).
     ``progress`` is a tqdm-like bar; its total is set here.
     """
     n = x_new.shape[0]
     gallery = F.normalize(x_old, dim=1)
-    folds = heldout_folds(n, n_folds, seed) if n >= 2 * n_folds else []
+    enough = n >= 2 * n_folds and (groups is None or len(np.unique(groups)) >= 2)
+    folds = heldout_folds(n, n_folds, seed, groups) if enough else []
     candidates = recipes(x_new.shape[1], x_old.shape[1], centers, kinds)
     choose_steps = steps is None and bool(folds)
     horizon = HORIZON if steps is None else int(steps)
