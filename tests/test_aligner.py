@@ -265,6 +265,9 @@ def test_groups_hold_each_documents_views_out_together():
     assert sorted(np.concatenate([va for _, va in folds]).tolist()) == list(range(len(groups)))
     for train, held in folds:
         assert not set(groups[train]) & set(groups[held])
+    singletons = np.arange(30)[::-1]  # one pair per group: the plain folds, whatever the labels
+    plain = [held.tolist() for _, held in heldout_folds(30, 3, 0)]
+    assert [held.tolist() for _, held in heldout_folds(30, 3, 0, singletons)] == plain
     x, y, _ = planted(n=len(groups), noise=0.05)
     aligner = EmbeddingAligner(steps=0, random_state=0).fit(x, y, groups=[f"doc{g}" for g in groups])
     assert aligner.selection_["heldout_mrr"] > 0.5

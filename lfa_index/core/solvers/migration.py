@@ -185,7 +185,7 @@ def heldout_folds(n: int, n_folds: int, seed: int, groups: np.ndarray | None = N
     """Random folds of the pairs (scikit-learn's ``KFold``): each pair is held out once. With ``groups``
     (n,), pairs of one group (the sentences of one document) are held out together (``GroupKFold``), so
     that no held-out pair is scored by a map fitted on its own document's other views."""
-    if groups is None:
+    if groups is None or len(np.unique(groups)) == n:  # one pair per group: plain folds
         folds = KFold(n_splits=min(n_folds, n), shuffle=True, random_state=seed)
         return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n))]
     folds = GroupKFold(n_splits=min(n_folds, len(np.unique(groups))), shuffle=True, random_state=seed)
