@@ -47,8 +47,7 @@ PAPER_OPTIONS: dict[str, Any] = dict(
     keep_zero_shot=False, new_class_map="ema", precision="float32", text_check=True,
 )
 """The options of :meth:`LFA.paper`: the paper's algorithm as its public code runs it (β by random-split
-cross-validation with no preference for the identity, 200 refinement steps), every option beyond it off,
-and one guard the paper's code lacks (``text_check=True``), which cannot fall below the class means."""
+cross-validation with no preference for the identity, 200 refinement steps), every option off, one guard on."""
 
 
 class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimator):
@@ -101,13 +100,11 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         classes among β-Procrustes maps, with and without the directions shared by all support
         rows and all fitted prototypes; zero-shot unless a candidate beats it.
     text_check : bool or "auto", default="auto"
-        Test whether the text has anything to teach the map: the names' geometry against the support's
-        class means (a Mantel test under class permutations, :mod:`~lfa_index.core.solvers.geometry`) and,
-        where one space holds both sides, zero-shot. Where neither is beyond chance, the fit serves the
-        support's own classifier (its class means at one shot) through an orthogonal map, without
-        refinement, on the rows as they are: a differing width is then widened, never shrunk, so nothing
-        is lost. "auto": where the fit chooses its own options (the default); True: always
-        (:meth:`paper` sets it); False: never, the paper's code as it runs (``LFA.paper(text_check=False)``).
+        Test the names' geometry against the support's class means (a Mantel test,
+        :mod:`~lfa_index.core.solvers.geometry`) and, in one space, zero-shot. Where neither is beyond
+        chance, serve the support's own classifier (class means at one shot) through an orthogonal map,
+        unrefined, on rows widened rather than shrunk. "auto": where the fit chooses its own options;
+        True: always (:meth:`paper`); False: never (``LFA.paper(text_check=False)``: the paper's code).
     k : int, default=3
         Nearest prototypes in the ARerank loss.
     margin_scale : float, default=4.0
@@ -303,9 +300,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
         no preference for the identity, every option off, the wider side projected down, float32
         arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the names'
-        geometry and zero-shot are both at chance, the support's own classifier (class means at one
-        shot) in the rows' own space, which cannot fall below the class means.
-        ``LFA.paper(text_check=False)`` is the paper's code exactly.
+        geometry and zero-shot are both at chance, the support's own classifier in the rows' own
+        space, never below the class means. ``LFA.paper(text_check=False)`` is the paper's code.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 
