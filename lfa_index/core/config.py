@@ -95,6 +95,11 @@ class FitOptions:
     names_informative: bool | None = None  # its verdict where the estimator took it (None: the solver takes it)
 
     @property
+    def asks_zero_shot(self) -> bool:
+        """Whether the options need zero-shot's evidence (its guard on β, or the new-class map's choice)."""
+        return self.keep_zero_shot or self.new_class_map == "auto"
+
+    @property
     def paper_classifier(self) -> bool:
         """Only the paper's classifier can come out (text prototypes, task map, no variant)."""
         return self.mixes == (0.0,) and self.mappings == ("task",) and self.centers == (False,) \

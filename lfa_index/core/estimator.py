@@ -398,7 +398,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
             from .device import resolve_device
             from .solvers.geometry import names_at_chance
-            from .solvers.supervised import solve_supervised
+            from .solvers.supervised import first_view, solve_supervised
             from .solvers.unsupervised import solve_unsupervised
         except ImportError as err:
             raise MissingExtraError(
@@ -418,9 +418,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         names_informative = None  # text_check=True: the names' geometry, read before any projection
         if self.text_check is True and codes is not None and previous is None:
-            rows = x_np[:, 0] if x_np.ndim == 3 else x_np
             names_informative = not names_at_chance(
-                F.normalize(torch.from_numpy(rows), dim=-1), torch.from_numpy(codes),
+                F.normalize(first_view(torch.from_numpy(x_np)), dim=-1), torch.from_numpy(codes),
                 F.normalize(torch.from_numpy(p_np), dim=-1), random_state=seed)
         widths = (x_np.shape[-1], p_np.shape[1])
         shrink = self._projection_kind(*widths, names_informative) == "shrink"

@@ -184,11 +184,14 @@ def heldout_folds(n: int, n_folds: int, seed: int, groups: np.ndarray | None = N
                   ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Random folds of the pairs (scikit-learn's ``KFold``): each pair is held out once. With ``groups``
     (n,), pairs of one group (the sentences of one document) are held out together (``GroupKFold``), so
-    that no held-out pair is scored by a map fitted on its own document's other views."""
-    if groups is None or len(np.unique(groups)) == n:  # one pair per group: plain folds
+    that no held-out pair is scored by a map fitted on its own document's other views; none with one group."""
+    n_groups = n if groups is None else len(np.unique(groups))
+    if n_groups == n:  # one pair per group: plain folds
         folds = KFold(n_splits=min(n_folds, n), shuffle=True, random_state=seed)
         return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n))]
-    folds = GroupKFold(n_splits=min(n_folds, len(np.unique(groups))), shuffle=True, random_state=seed)
+    if n_groups < 2:
+        return []
+    folds = GroupKFold(n_splits=min(n_folds, n_groups), shuffle=True, random_state=seed)
     return [(np.sort(tr), np.sort(va)) for tr, va in folds.split(np.zeros(n), groups=groups)]
 
 
@@ -293,8 +296,7 @@ def fit_pairs(
     """
     n = x_new.shape[0]
     gallery = F.normalize(x_old, dim=1)
-    enough = n >= 2 * n_folds and (groups is None or len(np.unique(groups)) >= 2)
-    folds = heldout_folds(n, n_folds, seed, groups) if enough else []
+    folds = heldout_folds(n, n_folds, seed, groups) if n >= 2 * n_folds else []
     candidates = recipes(x_new.shape[1], x_old.shape[1], centers, kinds)
     choose_steps = steps is None and bool(folds)
     horizon = HORIZON if steps is None else int(steps)

@@ -132,8 +132,7 @@ def names_informative(x0: torch.Tensor, labels: torch.Tensor, prototypes: torch.
         geometry_is_informative(x0, labels, prototypes, random_state=seed)
     if geometry:
         return True
-    asked = options.keep_zero_shot or options.new_class_map == "auto"
-    return options.same_space and not asked and identity_is_informative(x0, labels, prototypes)
+    return options.same_space and not options.asks_zero_shot and identity_is_informative(x0, labels, prototypes)
 
 
 def solve_supervised(
@@ -156,7 +155,7 @@ def solve_supervised(
     x0 = first_view(x)
     warm = None if previous is None else WarmStart.of(previous, device)
     # only the zero-shot guard and the new-class map ask (the paper's preset has neither)
-    identity_informative = options.same_space and (options.keep_zero_shot or options.new_class_map == "auto") \
+    identity_informative = options.same_space and options.asks_zero_shot \
         and identity_is_informative(x0, labels, prototypes)
     # the names' geometry no better than chance (and no zero-shot): the text has nothing to teach the map
     text_uninformative = warm is None and checks_names(options) and not identity_informative \
