@@ -541,3 +541,56 @@ def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):
     with pytest.raises(SystemExit):
         main(["--pairs", "300+titles"])
     assert "300+sentences" in capsys.readouterr().err
+
+
+def test_migration_roles_fits_each_way_on_the_rows_of_its_role(monkeypatch):
+    """The CLI's way swaps in the query-role documents and keeps the sentences; the benchmark's way
+    passes the unrelated query-role rows, the third way the pairs' own sentences; none without sentences."""
+    from benchmarks import migration_roles
+    from benchmarks.migration import PAIR_SEED
+    from benchmarks.migration_data import ModelRows
+
+    rng = np.random.default_rng(0)
+    every_of = np.array([0, 0, 2, 3, 3, 3, 5, 9])
+
+    def rows() -> ModelRows:
+        docs, sent, every = (rng.normal(size=(n, 4)).astype(np.float32) for n in (10, 6, 8))
+        return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[3:6],
+                         first_sentences=sent, sentence_of=np.array([0, 2, 3, 5, 7, 9]),
+                         first_sentences_as_documents=sent, every_sentence=every, every_sentence_of=every_of,
+                         every_sentence_as_documents=every)
+
+    fits = []
+
+    class Spy:
+        summary_ = "spy"
+
+        def __init__(self, **_):
+            pass
+
+        def fit(self, x_new, x_old, *, queries=None, groups=None):
+            fits.append((x_new, queries, groups))
+            return self
+
+        def transform(self, x):
+            return x
+
+    monkeypatch.setattr(migration_roles, "EmbeddingAligner", Spy)
+    data = {migration_roles.NEW: rows(), migration_roles.OLD: rows()}
+    as_queries = rng.normal(size=(10, 4)).astype(np.float32)
+    qrels = {0: {1: 2}, 1: {3: 1}}
+    picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
+    record = migration_roles.run("5+every", data, as_queries, qrels)
+    (cli_rows, cli_queries, groups), (rows_new, unrelated, _), (views_rows, views_queries, _) = fits
+    n_views = len(rows_new) - 5
+    np.testing.assert_array_equal(cli_rows[:5], as_queries[picked])
+    np.testing.assert_array_equal(cli_rows[5:], rows_new[5:])
+    assert cli_queries is None and n_views == int(np.isin(every_of, picked).sum())
+    np.testing.assert_array_equal(unrelated, data[migration_roles.NEW].unrelated_queries)
+    np.testing.assert_array_equal(views_queries, rows_new[5:])
+    np.testing.assert_array_equal(groups[:5], picked)
+    assert {"cli", "unrelated", "views"} <= record.keys() and 0 <= record["cli"]["ndcg10"] <= 1
+    fits.clear()
+    plain = migration_roles.run("5", data, as_queries, qrels)
+    assert plain["views"] is None and len(fits) == 2
+    assert "| 5 |" in migration_roles.markdown([plain])
