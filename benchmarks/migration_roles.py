@@ -7,7 +7,8 @@ around. ``lfa-index align --texts FILE --new-model e5-small`` instead embeds eve
 side, documents and sentences, with the one SPEC given: the query role. This script measures both on
 Cranfield (e5-small -> MiniLM, the one direction whose new model has two roles), and a third way
 that needs no other text: documents in the passage role, sentences in the query role, and those
-sentences as the ``queries=`` sample.
+sentences as the ``queries=`` sample (what ``--new-document-model e5-small:passage`` does); and a
+fourth that serves around the documents themselves in the query role.
 
 Usage
 -----
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.data import add_data_argument
-from benchmarks.migration import RESULTS, pairs
+from benchmarks.migration import PAIR_SEED, RESULTS, pairs
 from benchmarks.migration_data import MODELS, embed, every_model_rows, ndcg_recall
 from lfa_index import EmbeddingAligner
 from lfa_index.files import atomic_write
@@ -40,7 +41,9 @@ WAYS: dict[str, str] = {
     "cli": "every new-side row in the query role (`lfa-index align --texts`)",
     "unrelated": "documents as passages, sentences as queries; 5,000 unrelated query-role rows as `queries=` "
                  "(`benchmarks.migration`)",
-    "views": "documents as passages, sentences as queries; those sentences as `queries=`",
+    "views": "documents as passages, sentences as queries; those sentences as `queries=` "
+             "(`lfa-index align --texts --new-document-model`)",
+    "texts": "documents as passages, sentences as queries; the documents in the query role as `queries=`",
 }
 
 
@@ -55,8 +58,9 @@ def run(count: str, rows: dict[str, Any], documents_as_queries: np.ndarray, qrel
     as_queries = dataclasses.replace(rows[NEW], documents=documents_as_queries)
     x_cli, _, _ = pairs(count, as_queries, rows[OLD], n_docs)
     views = x_new[n_picked:]
+    picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n_picked]
     fits = {"cli": (x_cli, None), "unrelated": (x_new, rows[NEW].unrelated_queries),
-            "views": (x_new, views if len(views) else None)}
+            "views": (x_new, views if len(views) else None), "texts": (x_new, documents_as_queries[picked])}
     out: dict[str, Any] = {"pairs": count, "n_pairs": len(x_new), "reindex_ndcg10": reindex}
     for way, (rows_new, sample) in fits.items():
         if way == "views" and sample is None:

