@@ -8,12 +8,12 @@ store of old-model rows with new-model queries.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from lfa_index import EmbeddingAligner
-from lfa_index.adapters import ENCODER_FORMS, load_embeddings, with_first_sentences, with_sentences
+from lfa_index.adapters import ENCODER_FORMS, EmbeddingSource, load_embeddings, with_first_sentences, with_sentences
 from lfa_index.errors import CLIError
 
 from .console import Console
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def document_role_rows(query_encoder: Any, document_encoder: Any, texts: Sequence[str],
+def document_role_rows(query_encoder: EmbeddingSource, document_encoder: EmbeddingSource, texts: Sequence[str],
                        sample: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The new side's rows where the new model has two roles, and the query-role rows a centred map is
     served around: the texts in the document role and their sentence views (``sample`` after
