@@ -22,7 +22,6 @@ in e5's query role as well).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.data import add_data_argument
-from benchmarks.migration import PAIR_SEED, RESULTS, pairs
+from benchmarks.migration import RESULTS, pairs
 from benchmarks.migration_data import MODELS, embed, every_model_rows, ndcg_recall
 from lfa_index import EmbeddingAligner
 from lfa_index.files import atomic_write
@@ -55,10 +54,8 @@ def run(count: str, rows: dict[str, Any], documents_as_queries: np.ndarray, qrel
     n_docs = len(store)
     x_new, x_old, groups = pairs(count, rows[NEW], rows[OLD], n_docs)
     n_picked = int(count.split("+")[0])
-    as_queries = dataclasses.replace(rows[NEW], documents=documents_as_queries)
-    x_cli, _, _ = pairs(count, as_queries, rows[OLD], n_docs)
-    views = x_new[n_picked:]
-    picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n_picked]
+    picked, views = groups[:n_picked], x_new[n_picked:]  # the drawn documents come first, then their views
+    x_cli = np.concatenate([documents_as_queries[picked], views])  # the same pairs, documents in the query role
     fits = {"cli": (x_cli, None), "unrelated": (x_new, rows[NEW].unrelated_queries),
             "views": (x_new, views if len(views) else None), "texts": (x_new, documents_as_queries[picked])}
     out: dict[str, Any] = {"pairs": count, "n_pairs": len(x_new), "reindex_ndcg10": reindex}
