@@ -82,6 +82,22 @@ def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, 
     np.testing.assert_array_equal(lfa.projection_, expected)
     assert lfa.predict(xt).shape == (len(xt),)
 
+@pytest.mark.parametrize("image_dim,text_dim", [(48, 32), (32, 48)])
+def test_the_paper_projects_the_image_rows_into_the_text_width_down_or_up(image_dim, text_dim):
+    """The paper maps the image features into the text space (scikit-learn's Gaussian projection):
+    wider image rows are projected down, as "shrink" does, and narrower ones up, never the text."""
+    x, y, protos, xt, yt = planted_gap_problem(d=max(image_dim, text_dim), n_test=10, seed=5)
+    x, xt, protos = x[:, :image_dim], xt[:, :image_dim], protos[:, :text_dim]
+    lfa = LFA.paper(steps=20, random_state=11).fit(x, y, protos)
+    assert lfa.projection_side_ == "image" and lfa.projection_kind_ == "to_text"
+    assert lfa.W_.shape == (text_dim, text_dim)
+    np.testing.assert_array_equal(lfa.projection_, random_projection_matrix(image_dim, text_dim, 11))
+    if image_dim > text_dim:  # the same matrix as "shrink"
+        shrunk = LFA(steps=20, random_state=11, projection="shrink", prototype_mix=0.0).fit(x, y, protos)
+        np.testing.assert_array_equal(lfa.projection_, shrunk.projection_)
+    assert lfa.predict(xt).shape == (len(xt),)
+
+
 
 @pytest.mark.parametrize("image_dim,text_dim,side", [(48, 32, "text"), (32, 48, "image")])
 def test_widening_embeds_the_narrower_side_isometrically_and_keeps_every_dimension(image_dim, text_dim, side):

@@ -114,14 +114,14 @@ def test_many_classes_are_tested_on_a_seeded_subset_with_the_same_verdicts():
 def test_the_paper_preset_serves_the_class_means_in_the_rows_own_space_where_the_names_say_nothing(seed):
     """Unrelated names of another (narrower) width: ``LFA.paper()`` neither shrinks the rows nor refines
     towards the names; it predicts exactly as the nearest class mean on the rows as given. With
-    ``text_check=False`` it is the paper's code: the rows shrunk to the names' width, 200 steps."""
+    ``text_check=False`` it is the paper's code: the rows projected to the names' width, 200 steps."""
     x, y, names, xt, yt = unrelated_support(seed)
     preset = LFA.paper(random_state=seed).fit(x, y, names)
     assert preset.selection_["how"] == "one-shot, text uninformative" and preset.steps_ == 0
     assert preset.projection_kind_ == "widen" and preset.beta_selection_ == "procrustes, text uninformative"
     np.testing.assert_array_equal(preset.predict(xt), y[np.argmax(xt @ x.T, axis=1)])
     paper_code = LFA.paper(random_state=seed, text_check=False).fit(x, y, names)
-    assert paper_code.projection_kind_ == "shrink" and paper_code.steps_ == 200 and paper_code.prototype_mix_ == 0.0
+    assert paper_code.projection_kind_ == "to_text" and paper_code.steps_ == 200 and paper_code.prototype_mix_ == 0.0
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -133,7 +133,7 @@ def test_the_paper_preset_is_the_paper_code_where_the_names_match_the_rows(seed)
     names = normalize(protos @ np.random.default_rng(seed).standard_normal((48, 32))).astype(np.float32)
     guarded = LFA.paper(steps=20, random_state=seed).fit(x, y, names)
     paper_code = LFA.paper(steps=20, random_state=seed, text_check=False).fit(x, y, names)
-    assert guarded.projection_kind_ == "shrink" and guarded.prototype_mix_ == 0.0
+    assert guarded.projection_kind_ == "to_text" and guarded.prototype_mix_ == 0.0
     for name in ("W_", "prototypes_", "W_tt_"):
         np.testing.assert_array_equal(getattr(guarded, name), getattr(paper_code, name))
 
@@ -144,7 +144,7 @@ def test_the_guard_needs_three_classes_to_say_anything():
 
     x, y, names, _, _ = unrelated_support(0, n_classes=2)
     assert not names_at_chance(f32(x), torch.tensor(y), f32(names))
-    assert LFA.paper(steps=3, random_state=0).fit(x, y, names).projection_kind_ == "shrink"
+    assert LFA.paper(steps=3, random_state=0).fit(x, y, names).projection_kind_ == "to_text"
 
 
 def test_text_check_takes_auto_or_a_bool():

@@ -331,6 +331,10 @@ def test_options_that_need_an_affine_query_side_refuse_the_papers_shrinking_proj
     assert means.support_kind_ == "mean" and not means.intercept_.any()  # class means need no affine side
     auto = LFA(projection="shrink", steps=5, random_state=0).fit(x, y, narrow)
     assert auto.projection_side_ == "image" and not auto.center_ and not auto.intercept_.any()
+    with pytest.raises(InvalidParameterError, match="projection='widen'"):  # narrower rows projected up
+        LFA(projection="to_text", center=True, steps=5).fit(x[:, :16], y, p)
+    up = LFA(projection="to_text", steps=5, random_state=0).fit(x[:, :16], y, p)
+    assert up.projection_side_ == "image" and up.W_.shape == (24, 24) and not up.center_ and not up.intercept_.any()
 
 
 def test_unsupervised_fits_refuse_options_that_need_labels():
@@ -341,9 +345,9 @@ def test_unsupervised_fits_refuse_options_that_need_labels():
     assert unsupervised.selection_ is None and unsupervised.prototype_mix_ == 0.0
 
 
-def test_paper_preset_turns_every_option_off_and_shrinks():
+def test_paper_preset_turns_every_option_off_and_projects_the_image_rows_to_the_text_width():
     params = LFA.paper(beta=0.3).get_params()
-    assert params["beta"] == 0.3 and params["projection"] == "shrink"
+    assert params["beta"] == 0.3 and params["projection"] == "to_text"
     assert (params["prototype_mix"], params["refine_prototypes"], params["center"], params["mapping"]) == \
         (0.0, False, False, "task")
     assert (params["keep_zero_shot"], params["new_class_map"]) == (False, "ema")

@@ -39,11 +39,11 @@ from .targets import encode_targets
 from .validation import BOOLEAN, Interval, StrOptions, check_embeddings, options, validate_params
 
 _DEFAULT = RefineConfig()
-PROJECTIONS = ("auto", "widen", "shrink", False)
+PROJECTIONS = ("auto", "widen", "shrink", "to_text", False)
 TRAINED_PROTOTYPES_MIN_ROWS = 8
 """``refine_prototypes="auto"`` trains the prototypes where every class has at least this many rows."""
 PAPER_OPTIONS: dict[str, Any] = dict(
-    steps=200, projection="shrink", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task",
+    steps=200, projection="to_text", prototype_mix=0.0, refine_prototypes=False, center=False, mapping="task",
     keep_zero_shot=False, new_class_map="ema", precision="float32", text_check=True,
 )
 """The options of :meth:`LFA.paper`: the paper's algorithm as its public code runs it (β by random-split
@@ -61,11 +61,12 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     steps : "auto" or int >= 0, default="auto"
         Refinement steps. "auto" picks them on held-out support rows (checkpoints of one
         schedule, see :mod:`~lfa_index.core.solvers.selection`).
-    projection : {"auto", "widen", "shrink", False}, default="auto"
-        How differing image/text dimensions are bridged. "shrink" (the paper) maps the wider side
-        down with a seeded Gaussian random projection; "widen" maps the narrower side up with a
-        seeded isometric embedding, which loses nothing (W then has the wider dimension);
-        "auto" is "widen". False raises when the dimensions differ.
+    projection : {"auto", "widen", "shrink", "to_text", False}, default="auto"
+        How differing image/text dimensions are bridged. "to_text" (the paper) maps the image rows
+        into the text width with a seeded Gaussian random projection, down or up; "shrink" maps
+        the wider side down with one; "widen" maps the narrower side up with a seeded isometric
+        embedding, which loses nothing (W then has the wider dimension); "auto" is "widen".
+        False raises when the dimensions differ.
     prototype_mix : "auto" or float in [0, 1], default="auto"
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
@@ -143,8 +144,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     verbose : bool, default=False
         Show one progress bar for the whole fit and print a one-line summary at the end.
 
-    The options need labels and a query side that stays affine: with ``projection="shrink"`` and
-    wider image embeddings, "auto" keeps centring and the discriminant mix off, and asking for
+    The options need labels and a query side that stays affine: with ``projection="to_text"``, or
+    ``"shrink"`` and wider image embeddings, "auto" keeps centring and the discriminant mix off, and asking for
     them raises. Unsupervised fits (``y=None``) run the paper's algorithm ("auto" means off).
 
     Attributes
@@ -177,7 +178,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     steps_ : int                        refinement steps of the final run (per round for U-LFA).
     step_trials_ : list or None         held-out (steps, accuracy, loss) of the paper's step search.
     projection_ : ndarray (k, d_in) or None, projection_side_ : "image", "text" or None,
-    projection_kind_ : "shrink", "widen" or None.
+    projection_kind_ : "to_text", "shrink", "widen" or None.
     loss_curve_ : list[float]           ARerank loss per refinement step (last round for U-LFA).
     hubness_init_, hubness_ : float     support hubness after β-Procrustes and with the served map W_.
     assignments_ : ndarray (N, C)       U-LFA soft assignments (None when supervised).
@@ -334,7 +335,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         if not affine and (self.center is True or bias_mix):
             raise InvalidParameterError(
                 "center=True and the discriminant prototype_mix need queries that reach W by an affine map, but "
-                "projection='shrink' normalises the projected image rows; use projection='widen' (or 'auto')."
+                "projection='to_text' (or 'shrink' of wider image rows) normalises the projected image rows; use "
+                "projection='widen' (or 'auto')."
             )
         if mix == "auto":
             mixes = MIX_GRID if affine or self.support_prototypes != "discriminant" else (0.0,)
@@ -422,8 +424,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 F.normalize(first_view(torch.from_numpy(x_np)), dim=-1), torch.from_numpy(codes),
                 F.normalize(torch.from_numpy(p_np), dim=-1), random_state=seed)
         widths = (x_np.shape[-1], p_np.shape[1])
-        shrink = self._projection_kind(*widths, names_informative) == "shrink"
-        width = widths[0] if widths[0] == widths[1] else (min(widths) if shrink else max(widths))
+        kind = self._projection_kind(*widths, names_informative)
+        width = widths[1] if kind == "to_text" else min(widths) if kind == "shrink" else max(widths)
         check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
         gen, coin = torch.Generator(device=device), torch.Generator()
         gen.manual_seed(seed)
@@ -478,6 +480,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             )
         kind = self._projection_kind(d_img, d_txt, names_informative)
         image_wider = d_img > d_txt
+        if kind == "to_text":  # the paper: the image rows into the text width, down or up
+            return random_projection_matrix(d_img, d_txt, seed), "image", kind
         if kind == "shrink":
             side, d_in, d_out = ("image", d_img, d_txt) if image_wider else ("text", d_txt, d_img)
             return random_projection_matrix(d_in, d_out, seed), side, kind
@@ -494,5 +498,5 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
 def affine_queries(projection_kind: str | None, projection_side: str | None) -> bool:
     """Whether queries reach W by an affine map (needed for centring and class biases): not when the
-    image rows are projected down and normalised."""
-    return not (projection_kind == "shrink" and projection_side == "image")
+    image rows are projected by a Gaussian matrix (to the text width, or down) and normalised."""
+    return not (projection_kind in ("shrink", "to_text") and projection_side == "image")

@@ -1,8 +1,9 @@
 """Seeded random projections that bridge embedding spaces of different dimensions.
 
-The paper projects 2048-d self-supervised vision features to the 1536-d text space with
-scikit-learn's ``GaussianRandomProjection`` before Procrustes (appendix, "Aligning Disjoint
-Modalities"): the larger side is mapped down to the smaller one (``projection="shrink"``).
+The paper projects 2048-d self-supervised vision features into the 1536-d text space with
+scikit-learn's ``GaussianRandomProjection`` before Procrustes (section 5 and appendix, "Aligning
+Disjoint Modalities"): the image rows are mapped to the text width (``projection="to_text"``; a
+narrower image encoder is mapped up). ``projection="shrink"`` maps the larger side down instead.
 Mapping the smaller side up instead (``projection="widen"``) with a seeded isometric embedding
 loses nothing: it keeps every dimension of the wider encoder and every inner product of the
 narrower one.
@@ -19,11 +20,18 @@ def random_projection_matrix(n_features: int, n_components: int, random_state: i
     """The (n_components, n_features) Gaussian projection matrix for this seed (float32).
 
     Entries are drawn N(0, 1/n_components) by scikit-learn; the same seed gives the same matrix.
+    ``n_components`` may exceed ``n_features`` (the paper's projection of a narrower image encoder
+    into the text width): scikit-learn's warning that nothing is reduced is then expected and muted.
     """
-    from sklearn.random_projection import GaussianRandomProjection  # a fit-time dependency
+    import warnings
+
+    from sklearn.exceptions import DataDimensionalityWarning  # a fit-time dependency
+    from sklearn.random_projection import GaussianRandomProjection
 
     proj = GaussianRandomProjection(n_components=n_components, random_state=random_state)
-    proj.fit(np.zeros((1, n_features), dtype=np.float32))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DataDimensionalityWarning)
+        proj.fit(np.zeros((1, n_features), dtype=np.float32))
     return np.asarray(proj.components_, dtype=np.float32)
 
 

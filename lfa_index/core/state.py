@@ -84,7 +84,7 @@ FITTED_ARRAYS: tuple[str, ...] = tuple(f.name for f in fields(FittedState) if f.
 FITTED_VALUES: tuple[str, ...] = tuple(f.name for f in fields(FittedState) if not f.metadata.get("array"))
 """Fitted attributes saved as JSON values."""
 PROJECTION_SIDES = (None, "image", "text")
-PROJECTION_KINDS = (None, "widen", "shrink")
+PROJECTION_KINDS = (None, "widen", "shrink", "to_text")
 
 
 def check_fitted_state(state: FittedState) -> None:
