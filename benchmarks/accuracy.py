@@ -4,7 +4,7 @@ For each set, shot count and seed a support set is drawn from the pool
 (:func:`benchmarks.data.sample_support`); every method fits on it alone (hyper-parameters
 included) and is scored once on the eval split. LFA runs three times: ``lfa_paper`` is the paper's
 algorithm (``LFA.paper(random_state=seed)``: β and steps chosen on the support, every option off,
-the wider side projected down), ``lfa_paper200`` the same with a fixed 200 steps (the fit-time
+the image rows projected into the text width), ``lfa_paper200`` the same with a fixed 200 steps (the fit-time
 reference), ``lfa`` the library's default (``LFA(random_state=seed)``: options chosen on the
 support). Their choices and fit times are recorded, in the same process, with the same threads.
 Prints a table and writes ``accuracy.json`` and ``accuracy.md`` under ``benchmarks/results/``
@@ -116,9 +116,9 @@ PROTOCOL = {
     "tip_adapter_cv": "same, alpha in %s (same-model sets; alpha=1 otherwise) and beta in %s by stratified K-fold on "
                       "the support (K = min(5, smallest class count); ties: first in grid order); defaults at 1 shot"
                       % (list(TIP_ALPHAS), list(TIP_BETAS)),
-    "beta_procrustes": "the paper's projection (wider side down) + orthogonal Procrustes + beta by LFA's CV, "
-                       "no refinement",
-    "lfa_paper": "LFA.paper(random_state=seed): beta='auto', steps='auto', projection='shrink', every option off "
+    "beta_procrustes": "the paper's projection (image rows to the text width) + orthogonal Procrustes "
+                       "+ beta by LFA's CV, no refinement",
+    "lfa_paper": "LFA.paper(random_state=seed): beta='auto', steps='auto', projection='to_text', every option off "
                  "(the paper's algorithm; with every option off the default's code path is this fit bit for bit, "
                  "tests/test_selection.py)",
     "lfa_paper200": "LFA.paper(steps=200, random_state=seed): the paper's algorithm with a fixed 200 refinement "

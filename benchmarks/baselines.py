@@ -163,11 +163,11 @@ def fit_beta_procrustes(
 ) -> BetaProcrustesMap:
     """LFA's steps before refinement, from the core functions and LFA's own defaults.
 
-    Same preprocessing as ``LFA.fit`` (float32, seeded random projection of the wider side when
-    the widths differ, L2 normalisation), orthogonal Procrustes on all support rows, β
-    cross-validated on LFA's grid :data:`BETA_GRID` with LFA's default ``cv_splits`` /
-    ``cv_val_size`` and ``random_state`` as seed: ``LFA(random_state=s)`` picks the same β and then
-    refines W_β.
+    Same preprocessing as ``LFA.paper`` (float32, the image rows projected into the text width by a
+    seeded Gaussian random projection when the widths differ, L2 normalisation), orthogonal
+    Procrustes on all support rows, β cross-validated on LFA's grid :data:`BETA_GRID` with LFA's
+    default ``cv_splits`` / ``cv_val_size`` and ``random_state`` as seed, as ``LFA.paper`` does before
+    it refines W_β.
     """
     defaults = LFA().get_params()
     x = torch.as_tensor(np.asarray(X, dtype=np.float32))
@@ -175,13 +175,9 @@ def fit_beta_procrustes(
     labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
     d_img, d_txt = x.shape[1], p.shape[1]
     side, components = None, None
-    if d_img != d_txt:
-        side = "image" if d_img > d_txt else "text"
-        components = random_projection_matrix(max(d_img, d_txt), min(d_img, d_txt), random_state)
-        if side == "image":
-            x = project(x, torch.as_tensor(components))
-        else:
-            p = project(p, torch.as_tensor(components))
+    if d_img != d_txt:  # the paper's projection: the image rows into the text width, down or up
+        side, components = "image", random_projection_matrix(d_img, d_txt, random_state)
+        x = project(x, torch.as_tensor(components))
     x, p = F.normalize(x, dim=1), F.normalize(p, dim=1)
     informative = side is None and identity_is_informative(x, labels, p)
     choice = select_beta(

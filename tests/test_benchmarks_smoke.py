@@ -75,7 +75,7 @@ def test_knn_uses_at_most_sixteen_neighbours_and_one_at_one_shot():
     assert bl.knn_neighbors(np.repeat(np.arange(3), 40)) == 16
 
 
-@pytest.mark.parametrize("proto_dim", [DIM, 16])
+@pytest.mark.parametrize("proto_dim", [DIM, 16, 2 * DIM])
 def test_beta_procrustes_baseline_picks_the_same_beta_and_projection_as_lfa(proto_dim):
     X, y, X_eval, y_eval, protos = planted_problem(shots=5, noise=0.2, proto_dim=proto_dim)
     fitted = bl.fit_beta_procrustes(X, y, protos, random_state=3)

@@ -81,6 +81,18 @@ def test_save_then_load_gives_identical_answers(index, data, tmp_path):
     assert list(loaded.classes_) == NAMES + ["new a", "new b"]
 
 
+def test_the_papers_projection_of_narrower_image_rows_up_round_trips(data, tmp_path):
+    """``LFA.paper()`` projects 16-d image rows up into the 24-d text width; a saved index keeps that."""
+    support, labels, text, queries = data
+    ix = AlignedIndex(lfa=LFA.paper(steps=5, device="cpu", random_state=0))
+    ix.fit(support[:, :16], labels, text[:10])
+    assert (ix.lfa_.projection_kind_, ix.lfa_.projection_side_) == ("to_text", "image")
+    ix.save(tmp_path / "ix")
+    loaded = AlignedIndex.load(tmp_path / "ix")
+    assert loaded.lfa_.projection_kind_ == "to_text"
+    np.testing.assert_array_equal(loaded.decision_function(queries[:, :16]), ix.decision_function(queries[:, :16]))
+
+
 def test_directory_holds_safetensors_and_json_files_with_checksums(index, tmp_path):
     path = index.save(tmp_path / "ix")
     manifest = json.loads((path / "manifest.json").read_text())

@@ -222,7 +222,7 @@ def _clip_task(shared: Path, name: str, encoder: EmbeddingSource, config: DemoCo
         f"classes, {len(pool_rows)} pool / {len(eval_rows)} eval images).",
         "Class prototypes: MiniLM embeddings of 'a photo of a {name}.'; image and text models are unrelated "
         "(512-d vs 384-d, bridged by a seeded projection: the names embedded isometrically in 512-d, or "
-        "with --paper the images projected down to 384-d), so zero-shot does not apply.",
+        "with --paper the images projected into 384-d, as the paper does), so zero-shot does not apply.",
     ])
 
 

@@ -81,9 +81,9 @@ def add_lfa_args(p: argparse.ArgumentParser, steps_default: str = "auto") -> Non
                    help="β of β-Procrustes in [0, 1], or 'auto' (CV on the support; default)")
     p.add_argument("--paper", action="store_true",
                    help="the paper's LFA (LFA.paper: hybrid prototypes, centring, trained prototypes and "
-                        "map averaging off; the wider side projected down; one guard where the class names say "
-                        "nothing) instead of the default, which turns those on only where a cross-validation on "
-                        "the support says they help")
+                        "map averaging off; the image rows projected into the text width; one guard where the "
+                        "class names say nothing) instead of the default, which turns those on only where a "
+                        "cross-validation on the support says they help")
 
 
 def add_query_args(p: argparse.ArgumentParser, *, text_model: bool = False) -> None:

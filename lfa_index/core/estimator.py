@@ -299,8 +299,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
         """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
-        no preference for the identity, every option off, the wider side projected down, float32
-        arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the names'
+        no preference for the identity, every option off, the image rows projected into the text
+        width, float32 arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the names'
         geometry and zero-shot are both at chance, the support's own classifier in the rows' own
         space, never below the class means. ``LFA.paper(text_check=False)`` is the paper's code.
 
