@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import event, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 from properties import (
     DEFECTS,
@@ -190,33 +190,42 @@ def test_rejection_threshold_accepts_the_rate_it_was_asked_for_on_its_calibratio
         assert not (isinstance(rate, float) and 0.0 < rate <= 1.0)
         return
     assert isinstance(rate, float) and 0.0 < rate <= 1.0 and np.isfinite(tau)
-    scores = heldout_open_set_scores(index) if rows is None else index.score_samples(rows)
-    assert (scores >= tau - 1e-5).mean() >= rate - 1e-9 and np.min(np.abs(scores - tau)) < 1e-5
+    scores, slack = heldout_open_set_scores(index, with_slack=True) if rows is None else \
+        (index.score_samples(rows), 1e-5)
+    assert (scores >= tau - slack).mean() >= rate - 1e-9 and np.min(np.abs(scores - tau)) < slack
     queries = np.ascontiguousarray(centres[:4] + 0.2)
     _, labels = index.search(queries, 1)
     expected = np.where(index.score_samples(queries) >= tau, labels[:, 0], index.unknown_label_)
     assert index.predict(queries, reject_below=tau).tolist() == expected.tolist()
 
 
-def heldout_open_set_scores(index: AlignedIndex) -> np.ndarray:
+FLOAT32_SLACK = 8 * float(np.finfo(np.float32).eps)
+"""Rounding of a float32 score of unit rows (FAISS, the aligned scores), relative to its size."""
+
+
+def heldout_open_set_scores(index: AlignedIndex, with_slack: bool = False):
     """Reference of what ``rejection_threshold()`` calibrates on, in float64: each support row's best
     aligned score under a model that never saw it, plus its cosine to its nearest other aligned
-    support row, each standardised by its own mean and std (the best score alone with added classes)."""
+    support row, each standardised by its own mean and std (the best score alone with added classes).
+
+    ``with_slack`` also returns how far the index's float32 arithmetic may stray from it: the
+    rounding of each signal divided by its std, which standardising amplifies where the rows
+    crowd together (nearest-row cosines of 0.994 to 0.9998, std 0.0024, turn 1e-7 into 3e-5)."""
     lfa = index.lfa_
     best, _ = heldout_scores(lfa, index.support_embeddings_, index.support_labels_,
                              index.text_embeddings_[: len(lfa.prototypes_)])
-
-    def standardised(v: np.ndarray) -> np.ndarray:
-        v = np.asarray(v, dtype=np.float64)
-        return (v - v.mean()) / (v.std() or 1.0)
-
-    if index.is_new_class_.any():
-        return standardised(best)
-    support = index.support_embeddings_
-    aligned = index.transform(support[:, 0] if support.ndim == 3 else support).astype(np.float64)
-    gram = aligned @ aligned.T
-    np.fill_diagonal(gram, -np.inf)
-    return standardised(best) + standardised(gram.max(axis=1))
+    signals = [np.asarray(best, dtype=np.float64)]
+    if not index.is_new_class_.any():
+        support = index.support_embeddings_
+        aligned = index.transform(support[:, 0] if support.ndim == 3 else support).astype(np.float64)
+        gram = aligned @ aligned.T
+        np.fill_diagonal(gram, -np.inf)
+        signals.append(gram.max(axis=1))
+    scores = sum((v - v.mean()) / (v.std() or 1.0) for v in signals)
+    if not with_slack:
+        return scores
+    slack = 1e-5 + sum(FLOAT32_SLACK * max(1.0, float(np.abs(v).max())) / (v.std() or 1.0) for v in signals)
+    return scores, slack
 
 
 @cases(60)
@@ -341,6 +350,7 @@ def test_fit_gets_a_typed_error_or_an_index_that_answers_correctly(case, lfa):
     n_classes=st.integers(2, 4), shots=st.lists(st.integers(1, 4), min_size=4, max_size=4),
     seed=st.integers(0, 2**16), steps=st.integers(0, 3), labelled=st.sampled_from([True] * 5 + [False]),
 )
+@example(n_classes=3, shots=[1, 4, 1, 2], seed=3, steps=1, labelled=False)  # crowded rows: float32 slack
 def test_heldout_scores_score_every_support_row_with_a_model_that_never_saw_it(n_classes, shots, seed, steps, labelled):
     support, _, text, _ = problem(n_classes, 1, d_img=4, d_txt=5, seed=seed)
     rng = np.random.default_rng(seed)
@@ -361,8 +371,8 @@ def test_heldout_scores_score_every_support_row_with_a_model_that_never_saw_it(n
         assert not np.allclose(scores, own, atol=1e-4)  # not the fitted model's own scores
         tau = index.rejection_threshold(accept_rate=0.9)
         np.testing.assert_array_equal(index.lfa_.heldout_scores_, scores)  # kept, and reproducible
-        reference = heldout_open_set_scores(index)
-        assert (reference >= tau - 1e-5).mean() >= 0.9 and np.min(np.abs(reference - tau)) < 1e-5
+        reference, slack = heldout_open_set_scores(index, with_slack=True)
+        assert (reference >= tau - slack).mean() >= 0.9 and np.min(np.abs(reference - tau)) < slack
 
 
 # ------------------------------------------------------------------------------ updates
