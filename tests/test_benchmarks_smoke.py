@@ -391,8 +391,11 @@ def test_fit_cost_times_the_default_and_both_probes_on_the_same_rows():
     assert [r["method"] for r in records] == ["lfa", "logreg", "logreg_cv"]
     assert all(r["rows"] == 4 * N_CLASSES and len(r["fit_seconds"]) == 2 and r["accuracy"] > 50 for r in records)
     assert records[2]["C"] in np.logspace(-4, 4, fit_cost.LOGREG_CV_CS)
-    assert "× the default" in fit_cost.markdown(records, {"command": "x", "n_eval": 1, "threads": 1, "repeats": 2,
-                                                          "core": {"git_head": "0", "core_sha256": "x"}})
+    meta = {"command": "x", "n_eval": 1, "threads": 1, "repeats": 2, "core": {"git_head": "0", "core_sha256": "x"},
+            "set": "caltech101", "description": "planted rows"}
+    text = fit_cost.markdown(records, meta)
+    assert "× the default" in text and "planted rows" in text and "stands for" not in text
+    assert "stands for the issue's 2,400 texts" in fit_cost.markdown(records, {**meta, "set": "banking77"})
 
 
 # ---------------------------------------------------------------------------- encoder pairs
