@@ -4,9 +4,9 @@ For each set, shot count and seed a support set is drawn from the pool
 (:func:`benchmarks.data.sample_support`); every method fits on it alone (hyper-parameters
 included) and is scored once on the eval split. LFA runs three times: ``lfa_paper`` is the paper's
 algorithm (``LFA.paper(random_state=seed)``: β and steps chosen on the support, every option off,
-the image rows projected into the text width), ``lfa_paper200`` the same with a fixed 200 steps (the fit-time
-reference), ``lfa`` the library's default (``LFA(random_state=seed)``: options chosen on the
-support). Their choices and fit times are recorded, in the same process, with the same threads.
+the image rows projected into the text width), ``lfa_paper200`` the same with a fixed 200 steps
+(the fit-time reference), ``lfa`` the library's default (``LFA(random_state=seed)``: options
+chosen on the support). Their choices and fit times are recorded, in the same process, with the same threads.
 Prints a table and writes ``accuracy.json`` and ``accuracy.md`` under ``benchmarks/results/``
 (``accuracy_quick.*`` with ``--quick``), with the targets of issue 10 (the default vs. every
 baseline and the paper, at 1 shot vs. zero-shot; fit time vs. the 200-step paper fit) checked in

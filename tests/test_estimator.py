@@ -82,6 +82,7 @@ def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, 
     np.testing.assert_array_equal(lfa.projection_, expected)
     assert lfa.predict(xt).shape == (len(xt),)
 
+
 @pytest.mark.parametrize("image_dim,text_dim", [(48, 32), (32, 48)])
 def test_the_paper_projects_the_image_rows_into_the_text_width_down_or_up(image_dim, text_dim):
     """The paper maps the image features into the text space (scikit-learn's Gaussian projection):
@@ -96,7 +97,6 @@ def test_the_paper_projects_the_image_rows_into_the_text_width_down_or_up(image_
         shrunk = LFA(steps=20, random_state=11, projection="shrink", prototype_mix=0.0).fit(x, y, protos)
         np.testing.assert_array_equal(lfa.projection_, shrunk.projection_)
     assert lfa.predict(xt).shape == (len(xt),)
-
 
 
 @pytest.mark.parametrize("image_dim,text_dim,side", [(48, 32, "text"), (32, 48, "image")])

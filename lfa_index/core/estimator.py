@@ -62,11 +62,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         Refinement steps. "auto" picks them on held-out support rows (checkpoints of one
         schedule, see :mod:`~lfa_index.core.solvers.selection`).
     projection : {"auto", "widen", "shrink", "to_text", False}, default="auto"
-        How differing image/text dimensions are bridged. "to_text" (the paper) maps the image rows
-        into the text width with a seeded Gaussian random projection, down or up; "shrink" maps
-        the wider side down with one; "widen" maps the narrower side up with a seeded isometric
-        embedding, which loses nothing (W then has the wider dimension); "auto" is "widen".
-        False raises when the dimensions differ.
+        How differing image/text dimensions are bridged: "to_text" (the paper) maps the image rows into
+        the text width with a seeded Gaussian random projection, down or up; "shrink" maps the wider side
+        down with one; "widen" maps the narrower side up with a seeded isometric embedding, which loses
+        nothing (W then has the wider dimension); "auto" is "widen". False raises on differing widths.
     prototype_mix : "auto" or float in [0, 1], default="auto"
         λ of the hybrid prototypes ``(1 − λ)·text + λ·support`` in the aligned space (0: the
         paper's text prototypes). "auto" picks λ in {0, 0.25, 0.5, 0.75, 1} on held-out support
@@ -144,9 +143,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     verbose : bool, default=False
         Show one progress bar for the whole fit and print a one-line summary at the end.
 
-    The options need labels and a query side that stays affine: with ``projection="to_text"``, or
-    ``"shrink"`` and wider image embeddings, "auto" keeps centring and the discriminant mix off, and asking for
-    them raises. Unsupervised fits (``y=None``) run the paper's algorithm ("auto" means off).
+    The options need labels and a query side that stays affine: with ``projection="to_text"`` (or
+    ``"shrink"`` and wider image embeddings), "auto" keeps centring and the discriminant mix off, and
+    asking for them raises. Unsupervised fits (``y=None``) run the paper's algorithm ("auto" means off).
 
     Attributes
     ----------
@@ -299,9 +298,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
         """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
-        no preference for the identity, every option off, the image rows projected into the text
-        width, float32 arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the names'
-        geometry and zero-shot are both at chance, the support's own classifier in the rows' own
+        no preference for the identity, every option off, the image rows projected into the text width,
+        float32 arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the
+        names' geometry and zero-shot are both at chance, the support's own classifier in the rows' own
         space, never below the class means. ``LFA.paper(text_check=False)`` is the paper's code.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
@@ -334,9 +333,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         bias_mix = self.support_prototypes == "discriminant" and mix != "auto" and float(mix) > 0
         if not affine and (self.center is True or bias_mix):
             raise InvalidParameterError(
-                "center=True and the discriminant prototype_mix need queries that reach W by an affine map, but "
-                "projection='to_text' (or 'shrink' of wider image rows) normalises the projected image rows; use "
-                "projection='widen' (or 'auto')."
+                "center=True and the discriminant prototype_mix need queries that reach W by an affine map, but the "
+                "image rows are projected and normalised (projection='to_text' or 'shrink'); use projection='widen'."
             )
         if mix == "auto":
             mixes = MIX_GRID if affine or self.support_prototypes != "discriminant" else (0.0,)
