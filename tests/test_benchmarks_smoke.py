@@ -376,7 +376,7 @@ def test_the_pair_matrix_runs_in_parts_writes_its_table_and_merges(tmp_path, mon
     robustness.main(["--pairs", "static64~minilm", "--seeds", "1", "--name", "c", "--methods", "lfa_paper",
                      "lfa_paper_code", "nearest_class_mean", *common])
     asked = (tmp_path / "c.md").read_text()
-    assert "Paper's code (no guard)" in asked and "per LFA fit run: Paper " in asked
+    assert "Paper's public code" in asked and "per LFA fit run: Paper " in asked
     with pytest.raises(SystemExit, match="share"):
         robustness.main(["--merge", "a", "a", "--name", "twice", "--out-dir", str(tmp_path)])
     with pytest.raises(SystemExit):  # an unnamed merge would overwrite robustness.json

@@ -104,7 +104,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         :mod:`~lfa_index.core.solvers.geometry`) and, in one space, zero-shot. Where neither is beyond
         chance, serve the support's own classifier (class means at one shot) through an orthogonal map,
         unrefined, on rows widened rather than shrunk. "auto": where the fit chooses its own options;
-        True: always (:meth:`paper`); False: never (``LFA.paper(text_check=False)``: the paper's code).
+        True: always (:meth:`paper`); False: never (``LFA.paper(text_check=False)``, see :meth:`paper`).
     k : int, default=3
         Nearest prototypes in the ARerank loss.
     margin_scale : float, default=4.0
@@ -301,7 +301,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         no preference for the identity, every option off, the image rows projected into the text width,
         float32 arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the
         names' geometry and zero-shot are both at chance, the support's own classifier in the rows' own
-        space, never below the class means. ``LFA.paper(text_check=False)`` is the paper's code.
+        space, never below the class means. ``LFA.paper(text_check=False, projection="shrink")`` is the
+        public code, which projects the wider side down (the text, where the image encoder is narrower).
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 
