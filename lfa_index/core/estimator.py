@@ -297,12 +297,11 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
 
     @classmethod
     def paper(cls, **params: Any) -> "LFA":
-        """LFA as the paper's public code runs it: 200 steps, β by random-split cross-validation with
-        no preference for the identity, every option off, the image rows projected into the text width,
-        float32 arithmetic; plus one guard the paper's code lacks (``text_check=True``): where the
-        names' geometry and zero-shot are both at chance, the support's own classifier in the rows' own
-        space, never below the class means. ``LFA.paper(text_check=False, projection="shrink")`` is the
-        public code, which projects the wider side down (the text, where the image encoder is narrower).
+        """The paper's algorithm as its public code runs it: 200 steps, β by random-split CV with no
+        preference for the identity, every option off, float32; the image rows projected into the text
+        width (the paper's text; the code projects the wider side down: ``projection="shrink"``); one
+        guard the code lacks (``text_check=True``): where the names' geometry and zero-shot are both at
+        chance, the support's own classifier in the rows' own space, never below the class means.
 
         Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
 
