@@ -8,7 +8,8 @@ model's documents), Procrustes, centred Procrustes, ridge (scikit-learn ``RidgeC
 intercept) and ``EmbeddingAligner``, fitted on pairs drawn from 100, 300 or all 1,400 documents,
 the same documents with their first sentences as more pairs (``"300+sentences"``: the new side
 embeds the sentences in its query role, as queries are) or with every sentence of them
-(``"300+every"``, :func:`lfa_index.adapters.with_sentences`, the CLI's default), or on 5,000 unrelated sentences
+(``"300+every"``, :func:`lfa_index.adapters.with_sentences`, the CLI's default) or with their
+overlapping 12-word spans (``"300+windows"``, :func:`lfa_index.adapters.with_windows`), or on 5,000 unrelated sentences
 (Banking77 and AG News; no Cranfield text among them).
 nDCG@10 and recall@100 over the 225 queries with the corrected graded judgements; the share of
 the re-index's nDCG@10 in brackets. Pairs are embedded in the document role (e5 ``passage:``), as
@@ -54,8 +55,11 @@ DIRECTIONS: tuple[tuple[str, str], ...] = (
 )
 WITH_SENTENCES = "+sentences"
 WITH_EVERY = "+every"
+WITH_WINDOWS = "+windows"
+VIEWS = (WITH_SENTENCES, WITH_EVERY, WITH_WINDOWS)
 PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "100+sentences", "300+sentences", "1400+sentences",
-                                      "100+every", "300+every", "1400+every", "unrelated")
+                                      "100+every", "300+every", "1400+every", "100+windows", "300+windows",
+                                      "1400+windows", "unrelated")
 PAIR_SEED = 0
 RIDGE_ALPHAS = np.logspace(-3, 3, 13)
 MUSE_ITERATIONS, CSLS_K = 5, 10
@@ -85,12 +89,13 @@ def baselines(x_new: np.ndarray, x_old: np.ndarray, queries: np.ndarray) -> dict
 def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The pairs of one row: ``count`` documents (a seeded draw), those documents and their first
-    sentences (``"300+sentences"``) or every sentence of them (``"300+every"``; the new side in its
-    query role, the old side in its document role), or the unrelated sentences; and each row's
+    sentences (``"300+sentences"``), every sentence of them (``"300+every"``) or their 12-word spans
+    (``"300+windows"``; the views: the new side in its query role, the old side in its document role),
+    or the unrelated sentences; and each row's
     document (the aligner's ``groups``: a document's views are held out together), None for unrelated ones."""
     if count == "unrelated":
         return new.unrelated, old.unrelated, None
-    suffix = next((s for s in (WITH_SENTENCES, WITH_EVERY) if isinstance(count, str) and count.endswith(s)), "")
+    suffix = next((s for s in VIEWS if isinstance(count, str) and count.endswith(s)), "")
     n = int(count[: len(count) - len(suffix)]) if suffix else int(count)
     picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n]
     x_new, x_old, groups = new.documents[picked], old.documents[picked], picked
@@ -104,6 +109,11 @@ def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int
         x_new = np.concatenate([x_new, new.every_sentence[views]])
         x_old = np.concatenate([x_old, old.every_sentence_as_documents[views]])
         groups = np.concatenate([groups, new.every_sentence_of[views]])
+    elif suffix == WITH_WINDOWS:
+        views = np.flatnonzero(np.isin(new.window_of, picked))
+        x_new = np.concatenate([x_new, new.windows[views]])
+        x_old = np.concatenate([x_old, old.windows_as_documents[views]])
+        groups = np.concatenate([groups, new.window_of[views]])
     return x_new, x_old, groups
 
 
@@ -233,7 +243,9 @@ def table(records: list[dict[str, Any]]) -> str:
         label = ("5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}" if isinstance(r["pairs"], int)
                  else f"{int(r['pairs'][:-len(WITH_SENTENCES)]):,} + first sentences ({r['n_pairs']:,} pairs)"
                  if r["pairs"].endswith(WITH_SENTENCES)
-                 else f"{int(r['pairs'][:-len(WITH_EVERY)]):,} + every sentence ({r['n_pairs']:,} pairs)")
+                 else f"{int(r['pairs'][:-len(WITH_EVERY)]):,} + every sentence ({r['n_pairs']:,} pairs)"
+                 if r["pairs"].endswith(WITH_EVERY)
+                 else f"{int(r['pairs'][:-len(WITH_WINDOWS)]):,} + 12-word spans ({r['n_pairs']:,} pairs)")
         lines.append(f"| {r['new']} -> {r['old']} | {label} | " + " | ".join(cells)
                      + f" | {'yes' if r['aligner_above_simple'] else 'no'} |")
     return "\n".join(lines)
@@ -277,10 +289,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     counts = tuple(int(c) if c.isdigit() else c for c in args.pairs)
     bad = [c for c in counts if isinstance(c, str) and c != "unrelated" and not any(
-        c.endswith(s) and c[: -len(s)].isdigit() for s in (WITH_SENTENCES, WITH_EVERY))]
+        c.endswith(s) and c[: -len(s)].isdigit() for s in VIEWS)]
     if bad:
         parser.error(f"--pairs {bad[0]!r}: give a count (300), a count and its documents' first sentences "
-                     "(300+sentences) or every sentence (300+every), or unrelated.")
+                     "(300+sentences), every sentence (300+every) or 12-word spans (300+windows), or unrelated.")
     started = time.perf_counter()
     data, rows = every_model_rows(args.data)
     records = [r for new, old in DIRECTIONS for r in run_direction(new, old, rows, data.qrels, counts)]

@@ -11,7 +11,8 @@
   static-64 have one role).
 * **Short views**: the first sentence of each document with more than one
   (:func:`lfa_index.adapters.first_sentence`), and every sentence of it
-  (:func:`lfa_index.adapters.sentences`), each embedded in both roles: pairs of the queries' length.
+  (:func:`lfa_index.adapters.sentences`), and its overlapping 12-word spans
+  (:func:`lfa_index.adapters.windows`), each embedded in both roles: pairs of the queries' length.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from benchmarks.data import CACHE_DIR, data_root
 from lfa_index.adapters import first_sentence, make_encoder
 from lfa_index.adapters import sentences as split_sentences
+from lfa_index.adapters import windows as split_windows
 
 ENCODER_CACHE = CACHE_DIR / "encoders"
 MODELS: dict[str, tuple[str, str]] = {  # name -> (document-role SPEC, query-role SPEC)
@@ -109,6 +111,9 @@ class ModelRows:
     every_sentence: np.ndarray  # query role: every sentence of each document with more than one (``sentences``)
     every_sentence_of: np.ndarray  # the document index of each row of every_sentence
     every_sentence_as_documents: np.ndarray  # the same sentences in the document role
+    windows: np.ndarray  # query role: the 12-word spans of each document (``lfa_index.adapters.windows``)
+    window_of: np.ndarray  # the document index of each row of windows
+    windows_as_documents: np.ndarray  # the same spans in the document role
 
 
 def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
@@ -121,6 +126,8 @@ def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
     sentence_rows = embed(query_spec, sentences)
     every = [(i, s) for i, d in enumerate(data.documents) for s in split_sentences(d)]
     every_rows = embed(query_spec, [s for _, s in every])
+    spans = [(i, s) for i, d in enumerate(data.documents) for s in split_windows(d)]
+    span_rows = embed(query_spec, [s for _, s in spans])
     return ModelRows(
         documents=embed(document_spec, data.documents),
         queries=embed(query_spec, data.queries),
@@ -133,6 +140,9 @@ def model_rows(name: str, data: Cranfield, unrelated: list[str]) -> ModelRows:
         every_sentence_of=np.array([i for i, _ in every]),
         every_sentence_as_documents=every_rows if query_spec == document_spec else
         embed(document_spec, [s for _, s in every]),
+        windows=span_rows,
+        window_of=np.array([i for i, _ in spans]),
+        windows_as_documents=span_rows if query_spec == document_spec else embed(document_spec, [s for _, s in spans]),
     )
 
 

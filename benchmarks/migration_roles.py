@@ -35,7 +35,8 @@ from lfa_index import EmbeddingAligner
 from lfa_index.files import atomic_write
 
 NEW, OLD = "e5-small", "minilm"
-COUNTS: tuple[str, ...] = ("100+every", "300+every", "1400+every", "300+sentences", "1400+sentences", "300", "1400")
+COUNTS: tuple[str, ...] = ("100+every", "300+every", "1400+every", "100+windows", "300+windows", "300+sentences",
+                           "1400+sentences", "300", "1400")
 WAYS: dict[str, str] = {
     "cli": "every new-side row in the query role (`lfa-index align --texts`)",
     "unrelated": "documents as passages, sentences as queries; 5,000 unrelated query-role rows as `queries=` "
@@ -77,7 +78,8 @@ def markdown(records: list[dict[str, Any]]) -> str:
         "",
         "`python -m benchmarks.migration_roles`. nDCG@10 / recall@100 over the 225 queries (share of the full "
         "re-index's nDCG@10). Pairs as in `benchmarks.migration` (\"+every\": every sentence of the drawn "
-        "documents, \"+sentences\": their first sentences); the old side is always MiniLM.",
+        "documents, \"+windows\": their 12-word spans, \"+sentences\": their first sentences); the old side is "
+        "always MiniLM.",
         "",
         *[f"- **{way}**: {text}" for way, text in WAYS.items()],
         "",

@@ -275,3 +275,28 @@ def test_groups_hold_each_documents_views_out_together():
         EmbeddingAligner(steps=0).fit(x, y, groups=groups[:-1])
     with pytest.raises(InvalidParameterError, match="paired=False"):
         EmbeddingAligner(steps=0).fit(x, y, paired=False, groups=groups)
+
+
+def test_heldout_scoring_draws_pairs_and_gallery_only_beyond_its_caps():
+    """Up to the caps every held-out pair is ranked among every old row; beyond them a seeded draw
+    of each, with every scored pair's partner in the gallery; ranks come out the same in blocks."""
+    import torch
+
+    from lfa_index.core.solvers.migration import Scoring, heldout_folds, reciprocal_ranks
+
+    folds = heldout_folds(90, 3, seed=0)
+    whole = Scoring.of(folds, 90, seed=0)
+    assert [(tr.tolist(), va.tolist()) for tr, va in whole.folds] == [(tr.tolist(), va.tolist()) for tr, va in folds]
+    assert whole.gallery.tolist() == list(range(90)) and whole.position.tolist() == list(range(90))
+    drawn = Scoring.of(folds, 90, seed=0, max_scored=10, max_gallery=45)
+    assert len(drawn.gallery) == 45 and len(set(drawn.gallery.tolist())) == 45
+    for (train, held), (train_all, held_all) in zip(drawn.folds, folds):
+        assert train.tolist() == train_all.tolist() and len(held) == 10 and set(held) <= set(held_all)
+        assert (drawn.position[held] >= 0).all() and (drawn.gallery[drawn.position[held]] == held).all()
+    again = Scoring.of(folds, 90, seed=0, max_scored=10, max_gallery=45)
+    assert again.gallery.tolist() == drawn.gallery.tolist()
+    generator = torch.Generator().manual_seed(0)
+    mapped, gallery = torch.randn(50, 8, generator=generator), torch.randn(70, 8, generator=generator)
+    partners = torch.randint(70, (50,), generator=generator)
+    np.testing.assert_array_equal(reciprocal_ranks(mapped, gallery, partners, block=7),
+                                  reciprocal_ranks(mapped, gallery, partners, block=1000))

@@ -201,8 +201,9 @@ def test_align_embeds_a_text_sample_with_both_models(tmp_path, capsys):
                                           (("--sentences", "first"), "12 texts and 4 first sentences"),
                                           (("--sentences", "none"), "12 texts with"),
                                           (("--no-first-sentences",), "12 texts with"),
-                                          (("--first-sentences",), "12 texts and 4 first sentences")])
-def test_align_pairs_every_sentence_of_longer_texts_or_the_first_or_none(tmp_path, capsys, flag, needle):
+                                          (("--first-sentences",), "12 texts and 4 first sentences"),
+                                          (("--windows", "6"), "12 texts and 19 6-word spans")])
+def test_align_pairs_every_sentence_of_longer_texts_or_the_first_or_none_or_spans(tmp_path, capsys, flag, needle):
     lines = [f"how do I {verb} my card" for verb in ("activate", "block", "replace", "top up", "cancel", "freeze",
                                                      "unfreeze", "renew")]
     lines += [f"my card was {what} last week. what should I do about it now?" for what in

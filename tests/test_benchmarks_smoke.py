@@ -504,20 +504,22 @@ def test_the_base_to_new_harness_runs_every_method_and_scores_new_classes_apart(
     assert all(0.0 <= r[key] <= 100.0 for r in records for key in ("base", "new", "H"))
 
 
-def test_migration_pairs_add_each_drawn_documents_first_sentence_or_every_sentence_in_the_right_roles():
+def test_migration_pairs_add_each_drawn_documents_first_sentence_every_sentence_or_spans_in_the_right_roles():
     from benchmarks.migration import PAIR_SEED, pairs
     from benchmarks.migration_data import ModelRows
 
     rng = np.random.default_rng(0)
     every_of = np.array([0, 0, 2, 3, 3, 3, 5, 9])
+    span_of = np.array([1, 2, 2, 8])
 
     def rows(width: int) -> ModelRows:
-        docs, sent_q, sent_d, every_q, every_d = (rng.normal(size=(n, width)).astype(np.float32)
-                                                  for n in (10, 6, 6, 8, 8))
+        docs, sent_q, sent_d, every_q, every_d, span_q, span_d = (rng.normal(size=(n, width)).astype(np.float32)
+                                                                  for n in (10, 6, 6, 8, 8, 4, 4))
         return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[:3],
                          first_sentences=sent_q, sentence_of=np.array([0, 2, 3, 5, 7, 9]),
                          first_sentences_as_documents=sent_d, every_sentence=every_q, every_sentence_of=every_of,
-                         every_sentence_as_documents=every_d)
+                         every_sentence_as_documents=every_d, windows=span_q, window_of=span_of,
+                         windows_as_documents=span_d)
 
     new, old = rows(4), rows(3)
     picked = np.random.default_rng(PAIR_SEED).permutation(10)[:5]
@@ -536,6 +538,11 @@ def test_migration_pairs_add_each_drawn_documents_first_sentence_or_every_senten
     np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.every_sentence[every]]))
     expected_old = np.concatenate([old.documents[picked], old.every_sentence_as_documents[every]])
     np.testing.assert_array_equal(x_old, expected_old)
+    x_new, x_old, groups = pairs("5+windows", new, old, 10)
+    spans = [i for i, doc in enumerate(span_of) if doc in set(picked.tolist())]
+    np.testing.assert_array_equal(groups, np.concatenate([picked, span_of[spans]]))
+    np.testing.assert_array_equal(x_new, np.concatenate([new.documents[picked], new.windows[spans]]))
+    np.testing.assert_array_equal(x_old, np.concatenate([old.documents[picked], old.windows_as_documents[spans]]))
 
 
 def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):
@@ -562,7 +569,8 @@ def test_migration_roles_fits_each_way_on_the_rows_of_its_role(monkeypatch):
         return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[3:6],
                          first_sentences=sent, sentence_of=np.array([0, 2, 3, 5, 7, 9]),
                          first_sentences_as_documents=sent, every_sentence=every, every_sentence_of=every_of,
-                         every_sentence_as_documents=every)
+                         every_sentence_as_documents=every, windows=every[:2], window_of=every_of[:2],
+                         windows_as_documents=every[:2])
 
     fits = []
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lfa_index.adapters import first_sentence, sentences, with_first_sentences, with_sentences
-from lfa_index.errors import InputTypeError
+from lfa_index.adapters import first_sentence, sentences, windows, with_first_sentences, with_sentences, with_windows
+from lfa_index.errors import InputTypeError, InvalidInputError
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -55,3 +55,29 @@ def test_views_can_say_which_text_each_row_came_from():
     assert rows == with_sentences(texts) and sources.tolist() == [0, 1, 1, 1]
     rows, sources = with_first_sentences(texts, return_sources=True)
     assert rows == with_first_sentences(texts) and sources.tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("n_words, words, stride, starts", [
+    (10, 4, 2, [0, 2, 4, 6]),  # the last span ends with the text
+    (11, 4, 2, [0, 2, 4, 6, 7]),  # one more span, so the last word is covered
+    (9, 4, None, [0, 2, 4, 5]),  # stride: half a span
+    (12, 12, None, []),  # no longer than a span: nothing new
+    (13, 12, 6, [0, 1]),
+])
+def test_windows_are_overlapping_spans_covering_every_word_and_none_when_the_text_is_one_span(
+        n_words, words, stride, starts):
+    tokens = [f"w{i}" for i in range(n_words)]
+    got = windows("  ".join(tokens), words=words, stride=stride)
+    assert got == [" ".join(tokens[s:s + words]) for s in starts]
+    assert all(len(span.split()) == words for span in got)
+
+
+def test_with_windows_keeps_the_texts_then_adds_their_spans_and_says_where_each_came_from():
+    texts = ["one two three", "a b c d e f"]
+    rows, sources = with_windows(texts, words=4, return_sources=True)
+    assert rows == texts + ["a b c d", "c d e f"] and sources.tolist() == [0, 1, 1, 1]
+    assert with_windows(texts, words=4) == rows
+    with pytest.raises(InvalidInputError, match="stride >= 1"):
+        windows("a b c d e", words=4, stride=0)
+    with pytest.raises(InputTypeError, match="wrap it in a list"):
+        with_windows("a lone string of many words here and there")

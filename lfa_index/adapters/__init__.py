@@ -37,7 +37,7 @@ from .prompts import (
 from .registry import ENCODER_FORMS, make_encoder, minilm_path
 from .sentence_transformer import SentenceTransformerSource
 from .static import StaticEmbeddingSource
-from .text_views import first_sentence, sentences, with_first_sentences, with_sentences
+from .text_views import first_sentence, sentences, windows, with_first_sentences, with_sentences, with_windows
 from .vision import VisionBackboneSource
 
 __all__ = [
@@ -60,6 +60,8 @@ __all__ = [
     "sentences",
     "with_first_sentences",
     "with_sentences",
+    "windows",
+    "with_windows",
     "PHOTO_TEMPLATE",
     "VIDEO_FRAME_TEMPLATE",
     "COOP_TEMPLATES",

@@ -13,7 +13,14 @@ from typing import Sequence
 import numpy as np
 
 from lfa_index import EmbeddingAligner
-from lfa_index.adapters import ENCODER_FORMS, EmbeddingSource, load_embeddings, with_first_sentences, with_sentences
+from lfa_index.adapters import (
+    ENCODER_FORMS,
+    EmbeddingSource,
+    load_embeddings,
+    with_first_sentences,
+    with_sentences,
+    with_windows,
+)
 from lfa_index.errors import CLIError
 
 from .console import Console
@@ -50,6 +57,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="also pair the sentences of each text of --texts that has more than one: every one "
                         "(default), the first, or none. Pairs as short as queries, from the store's own domain "
                         "(see docs/migration.md)")
+    p.add_argument("--windows", metavar="WORDS",
+                   help="pair overlapping spans of WORDS words of each text (one every WORDS/2 words) instead of "
+                        "its sentences; 12 is about a short query (see docs/migration.md)")
     # the flags of earlier releases (first sentences on by default)
     p.add_argument("--first-sentences", dest="sentences", action="store_const", const="first", help=argparse.SUPPRESS)
     p.add_argument("--no-first-sentences", dest="sentences", action="store_const", const="none",
@@ -86,13 +96,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if not (args.new_model and args.old_model):
             raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
         texts_read = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
-        if args.sentences == "none":
-            sample, groups = list(texts_read), None
-        else:  # each view is held out with its text when the map is chosen
-            views = with_sentences if args.sentences == "every" else with_first_sentences
-            sample, groups = views(texts_read, return_sources=True)
+        window_words = None if args.windows is None else positive_int(args.windows, "--windows")
+        sample, groups, kind = text_views(texts_read, args.sentences, window_words)
         added = len(sample) - len(texts_read)
-        extra = f" and {added} {'first ' if args.sentences == 'first' else ''}sentences" if added else ""
+        extra = f" and {added} {kind}" if added else ""
         roles = f" ({args.new_document_model} for the texts)" if args.new_document_model else ""
         console.note(f"embedding {len(texts_read)} texts{extra} with {args.new_model}{roles} and {args.old_model}")
         new_encoder = encoder_from_args(args, console, args.new_model)
@@ -113,6 +120,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def text_views(texts: Sequence[str], sentences: str, window_words: int | None
+               ) -> tuple[list[str], np.ndarray | None, str]:
+    """The sample to embed (the texts, then their views), each row's text (None without views) and what
+    the views are: ``window_words``-word spans where given, else the sentences ``sentences`` asks for.
+    Each view is held out with its text when the map is chosen."""
+    if window_words:
+        sample, groups = with_windows(texts, words=window_words, return_sources=True)
+        return sample, groups, f"{window_words}-word spans"
+    if sentences == "none":
+        return list(texts), None, ""
+    views = with_sentences if sentences == "every" else with_first_sentences
+    sample, groups = views(texts, return_sources=True)
+    return sample, groups, "first sentences" if sentences == "first" else "sentences"
+
+
 def document_role_rows(query_encoder: EmbeddingSource, document_encoder: EmbeddingSource, texts: Sequence[str],
                        sample: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """The new side's rows where the new model has two roles, and the query-role rows a centred map is
@@ -121,9 +143,9 @@ def document_role_rows(query_encoder: EmbeddingSource, document_encoder: Embeddi
     role would be a worse one, longer than queries (``benchmarks/results/migration_roles.md``)."""
     views = list(sample[len(texts):])
     if not views:
-        raise CLIError("--new-document-model serves the map around the sentences' query-role rows, and these texts "
-                       "gave none: use --sentences every or first, or embed the roles yourself and pass --new, --old "
-                       "and --query-sample.")
+        raise CLIError("--new-document-model serves the map around the views' query-role rows, and these texts "
+                       "gave none: use --sentences every or first (or --windows), or embed the roles yourself and "
+                       "pass --new, --old and --query-sample.")
     documents = document_encoder.embed_texts(list(texts))
     view_rows = query_encoder.embed_texts(views)
     if view_rows.shape[1] != documents.shape[1]:

@@ -20,8 +20,10 @@ setting), and the map is chosen on held-out pairs among:
 
 Held-out pairs (:func:`heldout_folds`) score a map by the reciprocal rank of each held-out pair's
 old row among all old rows, for its new row mapped: retrieval of the item itself, the one
-relevance judgement that paired rows carry. Refinement must beat its initialisation in a paired
-sign test on those rows, or the closed form is kept.
+relevance judgement that paired rows carry. Beyond :data:`MAX_SCORED` held-out pairs per fold or
+:data:`MAX_GALLERY` rows, a seeded draw of each (:class:`Scoring`), so the cost stays linear in the
+pairs. Refinement must beat its initialisation in a paired sign test on those rows, or the closed
+form is kept.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ HORIZON = 300
 CHECKPOINT_EVERY = 25
 BATCH_PAIRS = 1024
 """Pairs per refinement step (their old rows are the step's prototypes: in-batch negatives)."""
+MAX_SCORED = 4096
+"""Held-out pairs scored per fold at most (a seeded draw beyond): the evidence's cost stays linear in the pairs."""
+MAX_GALLERY = 16384
+"""Old rows a held-out pair's partner is ranked among at most: the scored pairs' own, then a seeded draw
+of the others. Up to this many pairs every held-out pair is scored against every old row."""
+Folds = list[tuple[np.ndarray, np.ndarray]]
+SCORE_BLOCK = 1024
+"""Held-out rows scored per block (a block × gallery score matrix at a time)."""
 
 
 @dataclass(frozen=True)
@@ -172,12 +182,44 @@ def recipes(d_new: int, d_old: int, centers: Sequence[bool], kinds: Sequence[str
     return out
 
 
-def reciprocal_ranks(mapped: torch.Tensor, gallery: torch.Tensor, partners: torch.Tensor) -> np.ndarray:
-    """1 / rank of each row's partner in ``gallery`` (unit old rows) by inner product with the mapped row."""
-    scores = mapped @ gallery.T
-    own = scores.gather(1, partners.view(-1, 1))
-    ranks = (scores > own).sum(dim=1) + 1
-    return (1.0 / ranks.double()).cpu().numpy()
+def reciprocal_ranks(mapped: torch.Tensor, gallery: torch.Tensor, partners: torch.Tensor,
+                     block: int = SCORE_BLOCK) -> np.ndarray:
+    """1 / rank of each row's partner in ``gallery`` (unit old rows) by inner product with the mapped row
+    (``block`` rows at a time)."""
+    ranks = []
+    for start in range(0, len(mapped), block):
+        scores = mapped[start:start + block] @ gallery.T
+        own = scores.gather(1, partners[start:start + block].view(-1, 1))
+        ranks.append((scores > own).sum(dim=1) + 1)
+    return (1.0 / torch.cat(ranks).double()).cpu().numpy() if ranks else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Which held-out pairs score the maps, and among which old rows: ``folds`` are (train, scored)
+    rows, ``gallery`` the old rows ranked, ``position`` (n,) each row's place in ``gallery`` (−1: not there)."""
+
+    folds: Folds
+    gallery: np.ndarray
+    position: np.ndarray
+
+    @classmethod
+    def of(cls, folds: Folds, n: int, seed: int,
+           max_scored: int = MAX_SCORED, max_gallery: int = MAX_GALLERY) -> "Scoring":
+        """Every held-out pair against every old row, or, beyond ``max_scored`` held-out pairs in a fold
+        or ``max_gallery`` rows, a seeded draw of each (the scored pairs' partners always in the gallery)."""
+        rng = np.random.default_rng(seed)
+        scored = [(train, val if len(val) <= max_scored else np.sort(rng.choice(val, max_scored, replace=False)))
+                  for train, val in folds]
+        gallery = np.arange(n)
+        if n > max_gallery:
+            kept = np.unique(np.concatenate([val for _, val in scored])) if scored else np.zeros(0, dtype=np.int64)
+            others = np.setdiff1d(gallery, kept)
+            extra = rng.choice(others, max(0, min(len(others), max_gallery - len(kept))), replace=False)
+            gallery = np.sort(np.concatenate([kept, extra]))
+        position = np.full(n, -1, dtype=np.int64)
+        position[gallery] = np.arange(len(gallery))
+        return cls(scored, gallery, position)
 
 
 def heldout_folds(n: int, n_folds: int, seed: int, groups: np.ndarray | None = None
@@ -295,15 +337,15 @@ def fit_pairs(
     ``progress`` is a tqdm-like bar; its total is set here.
     """
     n = x_new.shape[0]
-    gallery = F.normalize(x_old, dim=1)
-    folds = heldout_folds(n, n_folds, seed, groups) if n >= 2 * n_folds else []
+    scoring = Scoring.of(heldout_folds(n, n_folds, seed, groups) if n >= 2 * n_folds else [], n, seed)
+    folds = scoring.folds
     candidates = recipes(x_new.shape[1], x_old.shape[1], centers, kinds)
     choose_steps = steps is None and bool(folds)
     horizon = HORIZON if steps is None else int(steps)
     if progress is not None:
         progress.total = (len(folds) + 1) * horizon if choose_steps else (0 if steps is None else horizon)
         progress.refresh()
-    pooled = _closed_form_evidence(candidates, x_new, x_old, gallery, folds)
+    pooled = _closed_form_evidence(candidates, x_new, x_old, scoring)
     best = max(candidates, key=lambda r: float(pooled[r].mean())) if folds else candidates[0]
     table = {r.name: float(pooled[r].mean()) for r in candidates if folds}
     chosen_steps, step_scores = (0 if steps is None else int(steps)), {}
@@ -315,7 +357,7 @@ def fit_pairs(
         choose_steps = False
         how = "served around the queries' mean, which held-out pairs cannot score: closed form kept"
     if choose_steps:
-        step_pooled = _refined_evidence(best, x_new, x_old, gallery, folds, horizon=horizon, config=config,
+        step_pooled = _refined_evidence(best, x_new, x_old, scoring, horizon=horizon, config=config,
                                         batch_pairs=batch_pairs, generator=generator, coin=coin, progress=progress)
         step_scores = {c: float(v.mean()) for c, v in step_pooled.items()}
         top = max(step_pooled, key=lambda c: step_scores[c])  # first maximum: the shortest run among ties
@@ -341,36 +383,48 @@ def fit_pairs(
     )
 
 
-Folds = list[tuple[np.ndarray, np.ndarray]]
+def _gallery(x_old: torch.Tensor, scoring: Scoring) -> torch.Tensor:
+    """The unit old rows held-out pairs are ranked among."""
+    rows = F.normalize(x_old, dim=1)
+    return rows if len(scoring.gallery) == len(rows) else rows[torch.as_tensor(scoring.gallery, device=rows.device)]
+
+
+def _partners(scoring: Scoring, val: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The gallery positions of the held-out rows ``val``."""
+    return torch.as_tensor(scoring.position[val], device=device)
 
 
 def _closed_form_evidence(candidates: Sequence[Recipe], x_new: torch.Tensor, x_old: torch.Tensor,
-                          gallery: torch.Tensor, folds: Folds) -> dict[Recipe, np.ndarray]:
-    """Held-out reciprocal ranks of every closed form, each pair held out once."""
+                          scoring: Scoring) -> dict[Recipe, np.ndarray]:
+    """Held-out reciprocal ranks of every closed form, each scored pair held out once."""
     scores: dict[Recipe, list[np.ndarray]] = {r: [] for r in candidates}
-    for train, val in folds:
+    gallery = _gallery(x_old, scoring)
+    for train, val in scoring.folds:
         tr, va = torch.as_tensor(train, device=x_new.device), torch.as_tensor(val, device=x_new.device)
+        partners = _partners(scoring, val, x_new.device)
         for recipe in candidates:
             pair_map = recipe.fit(x_new[tr], x_old[tr])
-            scores[recipe].append(reciprocal_ranks(F.normalize(pair_map.apply(x_new[va]), dim=1), gallery, va))
+            scores[recipe].append(reciprocal_ranks(F.normalize(pair_map.apply(x_new[va]), dim=1), gallery, partners))
     return {r: np.concatenate(s) if s else np.zeros(0) for r, s in scores.items()}
 
 
-def _refined_evidence(best: Recipe, x_new: torch.Tensor, x_old: torch.Tensor, gallery: torch.Tensor,
-                      folds: Folds, *, horizon: int, config: RefineConfig,
+def _refined_evidence(best: Recipe, x_new: torch.Tensor, x_old: torch.Tensor, scoring: Scoring,
+                      *, horizon: int, config: RefineConfig,
                       batch_pairs: int, generator: torch.Generator, coin: torch.Generator,
                       progress: Any) -> dict[int, np.ndarray]:
     """Held-out reciprocal ranks of the refined map at every checkpoint of one run per fold."""
     checkpoints = tuple(range(CHECKPOINT_EVERY, horizon + 1, CHECKPOINT_EVERY)) or (horizon,)
     hits: dict[int, list[np.ndarray]] = {c: [] for c in checkpoints}
-    for train, val in folds:
+    gallery = _gallery(x_old, scoring)
+    for train, val in scoring.folds:
         tr, va = torch.as_tensor(train, device=x_new.device), torch.as_tensor(val, device=x_new.device)
         init = best.fit(x_new[tr], x_old[tr])
         held = x_new[va] - init.mean
+        partners = _partners(scoring, val, x_new.device)
 
-        def score(step: int, w: torch.Tensor, held: torch.Tensor = held, va: torch.Tensor = va) -> None:
+        def score(step: int, w: torch.Tensor, held: torch.Tensor = held, partners: torch.Tensor = partners) -> None:
             if step in hits:
-                hits[step].append(reciprocal_ranks(F.normalize(held @ w, dim=1), gallery, va))
+                hits[step].append(reciprocal_ranks(F.normalize(held @ w, dim=1), gallery, partners))
 
         refine_pairs(init.W, x_new[tr] - init.mean, x_old[tr], steps=horizon, generator=generator, coin=coin,
                      config=config, batch_pairs=batch_pairs, progress=progress, callback=score)
