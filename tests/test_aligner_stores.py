@@ -254,7 +254,14 @@ def test_align_embeds_the_texts_in_the_document_role_and_serves_around_their_vie
 
 def test_align_and_search_map_say_what_is_missing(task, tmp_path, capsys):
     np.save(tmp_path / "new.npy", task[1][:50])
+    (tmp_path / "sample.txt").write_text("one text of a few words here\nanother text of a few words")
     for argv, needle in (
+        (["align", "--texts", tmp_path / "sample.txt", "--new-model", "static-64", "--old-model", "minilm",
+          "--windows", "4", "--sentences", "first", "-o", tmp_path / "m"], "not both"),
+        (["align", "--texts", tmp_path / "sample.txt", "--new-model", "static-64", "--old-model", "minilm",
+          "--windows", "0", "-o", tmp_path / "m"], "--windows must be a positive integer"),
+        (["align", "--new", tmp_path / "new.npy", "--old", tmp_path / "new.npy", "--windows", "12", "-o",
+          tmp_path / "m"], "embed the views yourself"),
         (["align", "--new", tmp_path / "new.npy", "-o", tmp_path / "m"], "--new and --old go together"),
         (["align", "-o", tmp_path / "m"], "give the pairs one way"),
         (["align", "--texts", tmp_path / "new.npy", "--new-model", "minilm", "-o", tmp_path / "m"], "--old-model"),

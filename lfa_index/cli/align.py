@@ -53,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="encoder of the texts themselves on the new side, where the new model embeds documents "
                         "in another role than queries (e5-small:passage); their sentences keep --new-model's role "
                         "and a centred map is served around their mean (see docs/migration.md)")
-    p.add_argument("--sentences", choices=SENTENCE_VIEWS, default="every",
+    p.add_argument("--sentences", choices=SENTENCE_VIEWS, default=None,
                    help="also pair the sentences of each text of --texts that has more than one: every one "
                         "(default), the first, or none. Pairs as short as queries, from the store's own domain "
                         "(see docs/migration.md)")
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise CLIError(
             "give the pairs one way: --new FILE --old FILE, or --texts FILE --new-model SPEC --old-model SPEC."
         )
+    if files and (args.windows is not None or args.sentences is not None):
+        raise CLIError(f"{'--windows' if args.windows is not None else '--sentences'} makes views of --texts; with "
+                       "--new/--old files, embed the views yourself and add them as rows of both files.")
     if args.new_document_model and files:
         raise CLIError("--new-document-model embeds --texts; with --new/--old files, give query-role rows as "
                        "--query-sample instead.")
@@ -97,7 +100,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise CLIError("--texts needs --new-model SPEC and --old-model SPEC to embed the sample with both.")
         texts_read = read_texts(args.texts, text_column=args.text_column, label_column=None, need_labels=False).texts
         window_words = None if args.windows is None else positive_int(args.windows, "--windows")
-        sample, groups, kind = text_views(texts_read, args.sentences, window_words)
+        if window_words and args.sentences is not None:
+            raise CLIError("--windows pairs spans instead of sentences: give --windows or --sentences, not both.")
+        sample, groups, kind = text_views(texts_read, args.sentences or "every", window_words)
         added = len(sample) - len(texts_read)
         extra = f" and {added} {kind}" if added else ""
         roles = f" ({args.new_document_model} for the texts)" if args.new_document_model else ""
