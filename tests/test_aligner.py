@@ -300,3 +300,16 @@ def test_heldout_scoring_draws_pairs_and_gallery_only_beyond_its_caps():
     partners = torch.randint(70, (50,), generator=generator)
     np.testing.assert_array_equal(reciprocal_ranks(mapped, gallery, partners, block=7),
                                   reciprocal_ranks(mapped, gallery, partners, block=1000))
+
+
+def test_the_fit_summary_says_when_held_out_pairs_were_drawn(monkeypatch):
+    from lfa_index.core.solvers import migration
+
+    x, y, _ = planted(n=120, noise=0.05)
+    whole = EmbeddingAligner(steps=0, random_state=0).fit(x, y)
+    assert "scored among" not in whole.summary_ and whole.selection_["scored_pairs"] == 120
+    monkeypatch.setattr(migration, "MAX_SCORED", 10)
+    monkeypatch.setattr(migration, "MAX_GALLERY", 60)
+    drawn = EmbeddingAligner(steps=0, random_state=0).fit(x, y)
+    assert "(120 pairs, 3 folds; 30 of them scored among 60 rows)" in drawn.summary_
+    assert (drawn.selection_["scored_pairs"], drawn.selection_["gallery_rows"]) == (30, 60)

@@ -272,7 +272,11 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             sel = self.selection_ or {}
             if sel.get("heldout_mrr") is not None:
                 before = f"closed form {sel['heldout_init_mrr']:.3f}; " if self.steps_ else ""
-                parts.append(f"held-out MRR {sel['heldout_mrr']:.3f} ({before}{n_rows} pairs, {self.cv_folds} folds)")
+                scored, gallery = sel.get("scored_pairs", n_rows), sel.get("gallery_rows", n_rows)
+                drawn = f"; {scored} of them scored among {gallery} rows" if (scored, gallery) != (n_rows, n_rows) \
+                    else ""
+                parts.append(f"held-out MRR {sel['heldout_mrr']:.3f} ({before}{n_rows} pairs, {self.cv_folds} folds"
+                             f"{drawn})")
             else:
                 parts.append(sel.get("how", ""))
         else:

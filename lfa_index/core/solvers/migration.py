@@ -205,9 +205,12 @@ class Scoring:
 
     @classmethod
     def of(cls, folds: Folds, n: int, seed: int,
-           max_scored: int = MAX_SCORED, max_gallery: int = MAX_GALLERY) -> "Scoring":
+           max_scored: int | None = None, max_gallery: int | None = None) -> "Scoring":
         """Every held-out pair against every old row, or, beyond ``max_scored`` held-out pairs in a fold
-        or ``max_gallery`` rows, a seeded draw of each (the scored pairs' partners always in the gallery)."""
+        or ``max_gallery`` rows (default :data:`MAX_SCORED`, :data:`MAX_GALLERY`), a seeded draw of each
+        (the scored pairs' partners always in the gallery)."""
+        max_scored = MAX_SCORED if max_scored is None else int(max_scored)
+        max_gallery = MAX_GALLERY if max_gallery is None else int(max_gallery)
         rng = np.random.default_rng(seed)
         scored = [(train, val if len(val) <= max_scored else np.sort(rng.choice(val, max_scored, replace=False)))
                   for train, val in folds]
@@ -251,6 +254,8 @@ class PairFit:
     step_scores: dict[int, float] = field(default_factory=dict)  # steps -> held-out MRR of the refined map
     loss_curve: list[float] = field(default_factory=list)
     how: str = ""
+    scored: int = 0  # held-out pairs scored (all of them up to MAX_SCORED per fold)
+    gallery: int = 0  # old rows each is ranked among (all of them up to MAX_GALLERY)
 
 
 def refine_pairs(
@@ -380,6 +385,7 @@ def fit_pairs(
         W=w, mean=mean, recipe=best, steps=chosen_steps,
         heldout_mrr=step_scores.get(chosen_steps, init_mrr) if chosen_steps else init_mrr,
         heldout_init_mrr=init_mrr, candidates=table, step_scores=step_scores, loss_curve=losses, how=how,
+        scored=sum(len(val) for _, val in folds), gallery=len(scoring.gallery),
     )
 
 
@@ -438,4 +444,5 @@ def describe(fit: PairFit) -> dict[str, Any]:
         "penalty": fit.recipe.penalty, "steps": fit.steps, "how": fit.how,
         "heldout_mrr": fit.heldout_mrr, "heldout_init_mrr": fit.heldout_init_mrr,
         "candidates": fit.candidates, "step_scores": {str(k): v for k, v in fit.step_scores.items()},
+        "scored_pairs": fit.scored, "gallery_rows": fit.gallery,
     }
