@@ -63,6 +63,7 @@ def test_views_can_say_which_text_each_row_came_from():
     (9, 4, None, [0, 2, 4, 5]),  # stride: half a span
     (12, 12, None, []),  # no longer than a span: nothing new
     (13, 12, 6, [0, 1]),
+    (3, 1, None, [0, 1, 2]),  # one-word spans step by one word
 ])
 def test_windows_are_overlapping_spans_covering_every_word_and_none_when_the_text_is_one_span(
         n_words, words, stride, starts):

@@ -46,7 +46,8 @@ def windows(text: str, *, words: int = WINDOW_WORDS, stride: int | None = None) 
     one length: pairs of spans lift the aligner more than pairs of sentences on Cranfield's 300-document
     sample (``docs/migration.md``, "Short views").
     """
-    words, stride = int(words), int(words) // 2 if stride is None else int(stride)
+    words = int(words)
+    stride = max(1, words // 2) if stride is None else int(stride)
     if words < 1 or stride < 1:
         raise InvalidInputError(f"windows need words >= 1 and stride >= 1, got words={words}, stride={stride}.")
     tokens = text.split()
