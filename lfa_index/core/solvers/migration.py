@@ -69,9 +69,10 @@ MAX_SCORED = 4096
 MAX_GALLERY = 16384
 """Old rows a held-out pair's partner is ranked among at most: the scored pairs' own, then a seeded draw
 of the others. Up to this many pairs every held-out pair is scored against every old row."""
-Folds = list[tuple[np.ndarray, np.ndarray]]
 SCORE_BLOCK = 1024
 """Held-out rows scored per block (a block × gallery score matrix at a time)."""
+Folds = list[tuple[np.ndarray, np.ndarray]]
+"""(train, held-out) row indices of each fold."""
 
 
 @dataclass(frozen=True)
