@@ -15,7 +15,10 @@ nDCG@10 and recall@100 over the 225 queries with the corrected graded judgements
 the re-index's nDCG@10 in brackets. Pairs are embedded in the document role (e5 ``passage:``), as
 a store's rows are; where the new model has a query role of its own (e5 ``query:``), the aligner
 also gets the new model's query-role rows of the 5,000 unrelated sentences (``queries=``, unpaired)
-and serves around their mean, and the same fit served around the pairs' mean is shown too.
+and serves around their mean, and the same fit served around the pairs' mean is shown too. Where
+the pairs come with views (a document's sentences or spans share its ``groups`` label), the aligner
+weighs them by their group's design effect (``group_weights="design"``, the default); the same fit
+with every pair weighing 1 (``"equal"``) is shown beside it.
 
 Unpaired (``fit(..., paired=False)``): the new model sees documents 0-699 of a fixed permutation and
 the old model the other 700; U-LFA (Gromov-Wasserstein start, Sinkhorn/Procrustes rounds) against a
@@ -140,6 +143,10 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
             x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
         fit_s = time.perf_counter() - started
         results["EmbeddingAligner"] = ndcg_recall(aligner.transform(queries) @ store.T, qrels)
+        if aligner.selection_.get("group_correlation") is not None:  # views: the same fit, every pair weighing 1
+            equal = EmbeddingAligner(group_weights="equal", random_state=0).fit(
+                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
+            results["EmbeddingAligner, equal weights"] = ndcg_recall(equal.transform(queries) @ store.T, qrels)
         if count == 1400:  # the least-squares maps as candidates too: what held-out pairs pick, and what queries get
             wide = EmbeddingAligner(maps="all", random_state=0).fit(
                 x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
@@ -227,7 +234,8 @@ def run_unpaired(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dict
 
 
 METHODS = ("legacy (old model)", "full re-index (new model)", "Procrustes", "centred Procrustes", "ridge",
-           "EmbeddingAligner, pairs' mean", "EmbeddingAligner, maps='all'", "EmbeddingAligner")
+           "EmbeddingAligner, pairs' mean", "EmbeddingAligner, maps='all'", "EmbeddingAligner, equal weights",
+           "EmbeddingAligner")
 
 
 def table(records: list[dict[str, Any]]) -> str:

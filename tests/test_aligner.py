@@ -277,6 +277,99 @@ def test_groups_hold_each_documents_views_out_together():
         EmbeddingAligner(steps=0).fit(x, y, paired=False, groups=groups)
 
 
+def test_the_intra_group_correlation_recovers_a_planted_share_of_variance_between_groups():
+    """Rows = a group effect (variance share ρ) + independent noise: the ANOVA estimate finds ρ, for
+    unequal group sizes too; identical rows within groups give 1, groups that share nothing ≈ 0."""
+    from lfa_index.core.solvers.migration import intra_group_correlation
+
+    rng = np.random.default_rng(0)
+    counts = rng.integers(2, 30, 400)
+    codes = np.repeat(np.arange(400), counts)
+    for rho in (0.0, 0.15, 0.5, 0.9):
+        between, within = rng.standard_normal((400, 32))[codes], rng.standard_normal((len(codes), 32))
+        x = np.sqrt(rho) * between + np.sqrt(1 - rho) * within
+        assert intra_group_correlation(x, codes, counts) == pytest.approx(rho, abs=0.03)
+    assert intra_group_correlation(rng.standard_normal((400, 8))[codes], codes, counts) == pytest.approx(1.0)
+
+
+def test_design_weights_count_a_groups_pairs_by_its_design_effect():
+    """Each pair of a group of m weighs 1 / (1 + (m − 1)ρ), scaled to mean 1; nothing to weigh
+    without groups or with one pair per group."""
+    from lfa_index.core.solvers.migration import design_weights
+
+    x, y, _ = planted(n=120, noise=0.05)
+    assert design_weights(x, y, None) == (None, 0.0)
+    assert design_weights(x, y, np.arange(120)) == (None, 0.0)
+    groups = np.repeat(np.arange(20), np.arange(1, 21))[:120]
+    x = x + np.random.default_rng(1).standard_normal((120, 24))[groups]  # rows of a group alike
+    weight, rho = design_weights(x, y, groups)
+    assert 0.1 < rho < 1.0 and weight.mean() == pytest.approx(1.0)
+    size = np.bincount(groups)[groups]
+    expected = 1.0 / (1.0 + (size - 1) * rho)
+    np.testing.assert_allclose(weight, expected / expected.mean(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind, center, penalty", [("orthogonal", True, None), ("orthogonal", False, 0.25),
+                                                   ("whitened", True, 1.0), ("forward", True, 0.1),
+                                                   ("scores", False, 0.1)])
+def test_a_pair_of_weight_two_counts_as_the_same_pair_twice(kind, center, penalty):
+    """Weights act as repeated rows in every closed form: integer weights fit the map of the rows repeated."""
+    import torch
+
+    from lfa_index.core.solvers.migration import Recipe
+
+    x, y, _ = planted(n=60, noise=0.2, d_old=24 if penalty and kind == "orthogonal" else 16)  # β: one width
+    repeats = np.random.default_rng(0).integers(1, 4, 60)
+    recipe = Recipe(kind, center, penalty)
+    weighted = recipe.fit(torch.from_numpy(x).double(), torch.from_numpy(y).double(),
+                          torch.from_numpy(repeats.astype(np.float64)))
+    repeated = recipe.fit(torch.from_numpy(np.repeat(x, repeats, axis=0)).double(),
+                          torch.from_numpy(np.repeat(y, repeats, axis=0)).double())
+    torch.testing.assert_close(weighted.W, repeated.W)
+    torch.testing.assert_close(weighted.mean, repeated.mean)
+
+
+def test_refinement_draws_pairs_in_proportion_to_their_weight():
+    """Pairs of weight 0 are never drawn: refining on pairs half of which follow another map moves
+    towards the first map further when the others weigh nothing."""
+    import torch
+
+    from lfa_index.core.config import RefineConfig
+    from lfa_index.core.solvers.migration import refine_pairs, semi_orthogonal_procrustes
+
+    x, y, q = planted(n=200, noise=0.05)
+    _, y_other, _ = planted(n=200, noise=0.05, map_seed=5)
+    y[100:] = y_other[100:]
+    weight = torch.cat([torch.ones(100), torch.zeros(100)]).double()
+    fits = {}
+    for name, w in (("weighted", weight), ("equal", None)):
+        gen, coin = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+        start = semi_orthogonal_procrustes(torch.from_numpy(x).double(), torch.from_numpy(y).double())  # between both
+        fits[name], _ = refine_pairs(start, torch.from_numpy(x).double(), torch.from_numpy(y).double(), steps=300,
+                                     generator=gen, coin=coin, config=RefineConfig(lr=0.02), weight=w)
+    x_test, y_test, _ = planted(n=200, noise=0.05, seed=1)
+    top1 = {name: float(((l2_normalize(x_test @ w.numpy()) @ y_test.T).argmax(1) == np.arange(200)).mean())
+            for name, w in fits.items()}
+    assert top1["weighted"] > top1["equal"] + 0.1, top1  # measured 0.625 against 0.505
+
+
+def test_grouped_pairs_are_weighted_by_default_and_the_summary_says_so():
+    """groups bring design-effect weights (selection_ and summary_ give ρ); "equal" and no groups do not,
+    and a weighted fit is not the equal one."""
+    x, y, _ = planted(n=240, noise=0.3)
+    groups = np.repeat(np.arange(30), 8)
+    x = l2_normalize(x + 0.5 * np.random.default_rng(2).standard_normal((30, 24))[groups])
+    weighted = EmbeddingAligner(steps=0, random_state=0).fit(x, y, groups=groups)
+    rho = weighted.selection_["group_correlation"]
+    assert 0.0 < rho < 1.0 and f"design effect (ρ={rho:.2f})" in weighted.summary_
+    equal = EmbeddingAligner(steps=0, random_state=0, group_weights="equal").fit(x, y, groups=groups)
+    assert equal.selection_["group_correlation"] is None and "design effect" not in equal.summary_
+    assert EmbeddingAligner(steps=0, random_state=0).fit(x, y).selection_["group_correlation"] is None
+    assert not np.allclose(weighted.W_, equal.W_)
+    with pytest.raises(InvalidParameterError, match="group_weights"):
+        EmbeddingAligner(group_weights="kish").fit(x, y, groups=groups)
+
+
 def test_heldout_scoring_draws_pairs_and_gallery_only_beyond_its_caps():
     """Up to the caps every held-out pair is ranked among every old row; beyond them a seeded draw
     of each, with every scored pair's partner in the gallery; ranks come out the same in blocks."""

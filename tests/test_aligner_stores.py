@@ -213,6 +213,13 @@ def test_align_pairs_every_sentence_of_longer_texts_or_the_first_or_none_or_span
                          "--old-model", "minilm", "--steps", "0", "-o", tmp_path / "map", *flag)
     assert code == 0, err
     assert needle in out + err
+    rho = EmbeddingAligner.load(tmp_path / "map").selection_["group_correlation"]
+    assert (rho is None) == (flag in {("--sentences", "none"), ("--no-first-sentences",)})
+    code, _, err = run(capsys, "align", "--texts", tmp_path / "sample.txt", "--new-model", "static-64",
+                       "--old-model", "minilm", "--steps", "0", "-o", tmp_path / "equal", "--group-weights", "equal",
+                       *flag)
+    assert code == 0, err
+    assert EmbeddingAligner.load(tmp_path / "equal").selection_["group_correlation"] is None
 
 
 def test_align_embeds_the_texts_in_the_document_role_and_serves_around_their_views(tmp_path, capsys, monkeypatch):

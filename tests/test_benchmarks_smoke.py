@@ -545,6 +545,28 @@ def test_migration_pairs_add_each_drawn_documents_first_sentence_every_sentence_
     np.testing.assert_array_equal(x_old, np.concatenate([old.documents[picked], old.windows_as_documents[spans]]))
 
 
+def test_migration_rows_with_views_show_the_equal_weight_fit_beside_the_default():
+    """Where pairs come with views, the benchmark also fits every pair at weight 1 and shows it in the table."""
+    from benchmarks.migration import run_direction, table
+    from benchmarks.migration_data import ModelRows
+
+    rng = np.random.default_rng(0)
+    every_of = np.repeat(np.arange(10), 3)
+
+    def rows(width: int) -> ModelRows:
+        docs, every = rng.normal(size=(10, width)).astype(np.float32), rng.normal(size=(30, width)).astype(np.float32)
+        return ModelRows(documents=docs, queries=docs[:2], unrelated=docs[:3], unrelated_queries=docs[:3],
+                         first_sentences=every[:10], sentence_of=np.arange(10), first_sentences_as_documents=every[:10],
+                         every_sentence=every, every_sentence_of=every_of, every_sentence_as_documents=every,
+                         windows=every, window_of=every_of, windows_as_documents=every)
+
+    data = {"minilm": rows(4), "static-64": rows(3)}
+    views, plain = run_direction("minilm", "static-64", data, {0: {1: 2}, 1: {3: 1}}, counts=("6+every", 6))
+    assert "EmbeddingAligner, equal weights" in views["results"] and "design effect" in views["aligner"]
+    assert "EmbeddingAligner, equal weights" not in plain["results"]
+    assert "EmbeddingAligner, equal weights" in table([views, plain]).splitlines()[0]
+
+
 def test_migration_benchmark_refuses_an_unknown_pair_count(capsys):
     from benchmarks.migration import main
 

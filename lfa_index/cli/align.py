@@ -60,6 +60,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--windows", metavar="WORDS",
                    help="pair overlapping spans of WORDS words of each text (one every WORDS/2 words) instead of "
                         "its sentences; 12 is about a short query (see docs/migration.md)")
+    p.add_argument("--group-weights", choices=("design", "equal"), default="design",
+                   help="how a text and its views weigh in the fit: design (default; a text's many views count "
+                        "for less than as many texts, by how alike they are) or equal (every pair 1)")
     # the flags of earlier releases (first sentences on by default)
     p.add_argument("--first-sentences", dest="sentences", action="store_const", const="first", help=argparse.SUPPRESS)
     p.add_argument("--no-first-sentences", dest="sentences", action="store_const", const="none",
@@ -116,8 +119,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         x_old = encoder_from_args(args, console, args.old_model).embed_texts(sample)
     steps = args.steps if args.steps in ("auto", "0") else positive_int(args.steps, "--steps")
     queries = load_embeddings(args.query_sample)[0] if args.query_sample else role_queries
-    aligner = EmbeddingAligner(steps=0 if steps == "0" else steps, device=args.device, random_state=args.seed,
-                               verbose=console.progress)
+    aligner = EmbeddingAligner(steps=0 if steps == "0" else steps, group_weights=args.group_weights,
+                               device=args.device, random_state=args.seed, verbose=console.progress)
     aligner.fit(x_new, x_old, paired=not args.unpaired, queries=queries, groups=None if args.unpaired else groups)
     aligner.save(args.out)
     console.note(f"saved {args.out}: {aligner.n_features_in_}-d new-model queries -> {aligner.n_features_out_}-d "

@@ -65,6 +65,11 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         Refinement settings, as :class:`~lfa_index.LFA`'s.
     batch_pairs : int, default=1024
         Pairs per refinement step; their old rows are the step's classes (in-batch negatives).
+    group_weights : {"design", "equal"}, default="design"
+        How pairs that share a ``groups`` label weigh. "design": each pair of a group of m weighs
+        ``1 / (1 + (m − 1)ρ)``, ρ the correlation of the rows within groups measured on the pairs
+        (Kish's design effect), so a document's many sentences count for less than as many
+        documents; "equal": every pair weighs 1. No effect without ``groups``.
     cv_folds : int, default=3
         Held-out folds of the pairs.
     n_rounds : int, default=5
@@ -101,6 +106,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         "steps": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         **{name: LFA._parameter_constraints[name] for name in REFINE_PARAMS},
         "batch_pairs": [Interval(Integral, 2, None, closed="left")],
+        "group_weights": [StrOptions({"design", "equal"})],
         "cv_folds": [Interval(Integral, 2, None, closed="left")],
         "n_rounds": [Interval(Integral, 0, None, closed="left")],
         "device": [str],
@@ -123,6 +129,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         dropout: float = _DEFAULT.dropout,
         batch_fraction: float = _DEFAULT.batch_fraction,
         batch_pairs: int = 1024,
+        group_weights: str = "design",
         cv_folds: int = 3,
         n_rounds: int = 5,
         device: str = "auto",
@@ -141,6 +148,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         self.dropout = dropout
         self.batch_fraction = batch_fraction
         self.batch_pairs = batch_pairs
+        self.group_weights = group_weights
         self.cv_folds = cv_folds
         self.n_rounds = n_rounds
         self.device = device
@@ -196,7 +204,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
             from ..core.device import resolve_device
             from ..core.solvers.matching import fit_unpaired
-            from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
+            from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, design_weights, fit_pairs
             from ..core.solvers.selection import generators
         except ImportError as err:
             raise MissingExtraError(
@@ -233,6 +241,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         b = torch.from_numpy(x_old).to(device)
         serve_mean = None if sample is None else F.normalize(torch.from_numpy(sample), dim=1).mean(dim=0).to(device)
         if paired:
+            weight, rho = design_weights(x_new, x_old, codes) if self.group_weights == "design" else (None, 0.0)
             bar = tqdm(total=0, desc="EmbeddingAligner fit", unit="step", disable=not self.verbose, leave=False)
             try:
                 fit = fit_pairs(
@@ -240,13 +249,13 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
                     kinds=KINDS if self.maps == "all" else DEFAULT_KINDS,
                     steps=None if self.steps == "auto" else int(self.steps), config=self.refine_config(),
                     n_folds=int(self.cv_folds), batch_pairs=int(self.batch_pairs), seed=seed, generator=gen,
-                    coin=coin, serve_mean=serve_mean, groups=codes, progress=bar,
+                    coin=coin, serve_mean=serve_mean, groups=codes, weight=weight, progress=bar,
                 )
             finally:
                 bar.close()
             w, mean = fit.W, fit.mean
             self.method_, self.center_, self.steps_ = fit.recipe.name, bool(fit.recipe.center), int(fit.steps)
-            self.selection_ = describe(fit)
+            self.selection_ = {**describe(fit), "group_correlation": None if weight is None else rho}
             self.loss_curve_ = list(fit.loss_curve)
         else:
             fit = fit_unpaired(a, b, n_rounds=int(self.n_rounds), seed=seed)
@@ -279,6 +288,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
                              f"{drawn})")
             else:
                 parts.append(sel.get("how", ""))
+            if sel.get("group_correlation") is not None:
+                parts.append(f"pairs weighted by their group's design effect (ρ={sel['group_correlation']:.2f})")
         else:
             parts.append(f"unpaired, {self.n_rounds} rounds")
         if self.query_mean_ and self.center_:

@@ -18,6 +18,9 @@ setting), and the map is chosen on held-out pairs among:
 * then **ARerank refinement** (paper eq. 7) of the best one, each pair its own class, with in-batch
   negatives (the other pairs of the batch), for a step count chosen on the same held-out pairs.
 
+Pairs that come in groups (a document and its sentences or spans) weigh by their group's design
+effect (:func:`design_weights`) in every fit, draw and held-out mean.
+
 Held-out pairs (:func:`heldout_folds`) score a map by the reciprocal rank of each held-out pair's
 old row among all old rows, for its new row mapped: retrieval of the item itself, the one
 relevance judgement that paired rows carry. Beyond :data:`MAX_SCORED` held-out pairs per fold or
@@ -110,11 +113,16 @@ class Recipe:
         parts += ["centred"] if self.center else []
         return ", ".join(parts)
 
-    def fit(self, x_new: torch.Tensor, x_old: torch.Tensor) -> PairMap:
-        """The map of these pairs (rows L2-normalised)."""
-        mean_new = x_new.mean(dim=0) if self.center else torch.zeros_like(x_new[0])
-        mean_old = x_old.mean(dim=0) if self.center else torch.zeros_like(x_old[0])
+    def fit(self, x_new: torch.Tensor, x_old: torch.Tensor, weight: torch.Tensor | None = None) -> PairMap:
+        """The map of these pairs (rows L2-normalised); ``weight`` (n,), mean 1, weighs each pair in the
+        means and in every sum over pairs (each row scaled by its square root)."""
+        share = None if weight is None else (weight / weight.sum()).to(x_new.dtype)
+        mean_new = _mean(x_new, share) if self.center else torch.zeros_like(x_new[0])
+        mean_old = _mean(x_old, share) if self.center else torch.zeros_like(x_old[0])
         a, b = x_new - mean_new, x_old - mean_old
+        if share is not None:
+            root = (share * len(share)).sqrt().unsqueeze(1)
+            a, b = a * root, b * root
         if self.kind == "identity":
             w = torch.eye(a.shape[1], dtype=a.dtype, device=a.device)
         elif self.kind == "orthogonal":
@@ -131,6 +139,48 @@ class Recipe:
             # row-dependent term, so the scores map serves raw queries (its mean is only for fitting).
             mean_new = torch.zeros_like(mean_new)
         return PairMap(self.name, w, mean_new)
+
+
+def _mean(x: torch.Tensor, share: torch.Tensor | None) -> torch.Tensor:
+    """The mean of the rows of ``x``, each weighing its ``share`` (summing to 1; None: equal shares)."""
+    return x.mean(dim=0) if share is None else share @ x
+
+
+def design_weights(x_new: np.ndarray, x_old: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray | None, float]:
+    """Weights (n,), mean 1, of pairs that come in groups (a document and its sentences), and the
+    intra-group correlation ρ they follow from.
+
+    Views of one document are alike, so m of them carry less than m documents' worth of evidence:
+    Kish's design effect ``1 + (m − 1)ρ`` (ρ the share of the rows' variance between groups, the
+    one-way ANOVA estimator, the mean of both models') says how much less. Each pair of a group of
+    m weighs ``1 / (1 + (m − 1)ρ)``: ρ = 0 keeps every pair at 1, ρ = 1 gives each group one pair's
+    weight. ``(None, 0.0)`` when no group has two pairs.
+    """
+    if groups is None:
+        return None, 0.0
+    codes, counts = np.unique(groups, return_inverse=True, return_counts=True)[1:]
+    if counts.max() < 2 or len(counts) < 2:
+        return None, 0.0
+    rho = float(np.mean([intra_group_correlation(x, codes.reshape(-1), counts) for x in (x_new, x_old)]))
+    size = counts[codes.reshape(-1)]
+    weight = 1.0 / (1.0 + (size - 1) * rho)
+    return weight / weight.mean(), rho
+
+
+def intra_group_correlation(x: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> float:
+    """The one-way ANOVA estimate of the intra-class correlation of rows ``x`` (n, d) in groups ``codes``
+    (n,) of sizes ``counts``, pooled over the d coordinates; clipped to [0, 1]."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    n, k = len(x), len(counts)
+    means = np.zeros((k, x.shape[1]))
+    np.add.at(means, codes, x)
+    means /= counts[:, None]
+    within = float(((x - means[codes]) ** 2).sum()) / max(n - k, 1)
+    between = float((counts * (means**2).sum(axis=1)).sum()) / (k - 1)
+    size = (n - float((counts**2).sum()) / n) / (k - 1)
+    denominator = between + (size - 1.0) * within
+    return float(np.clip((between - within) / denominator, 0.0, 1.0)) if denominator > 0 else 0.0
 
 
 def semi_orthogonal_procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -272,6 +322,7 @@ def refine_pairs(
     horizon: int | None = None,
     progress: Progress | None = None,
     callback: Callable[[int, torch.Tensor], None] | None = None,
+    weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, list[float]]:
     """ARerank refinement of ``w_init`` with each pair its own class and in-batch negatives.
 
@@ -279,7 +330,9 @@ def refine_pairs(
     (``x_new``, centred as served) as :func:`~lfa_index.core.solvers.refine.refine` does (noise or dropout,
     each with probability ½), and minimises the ARerank loss of ``batch @ W`` against the batch's
     own old rows (unit, the prototypes). AdamW under the cosine schedule of ``horizon`` steps
-    (default ``steps``), so a shorter run is the start of a longer one. Returns ``(W, loss per step)``.
+    (default ``steps``), so a shorter run is the start of a longer one. ``weight`` (n,) draws each
+    step's pairs with probabilities in proportion to it (without replacement; None: uniformly).
+    Returns ``(W, loss per step)``.
     """
     horizon = steps if horizon is None else max(int(horizon), int(steps))
     n = x_new.shape[0]
@@ -296,7 +349,8 @@ def refine_pairs(
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = rates[step]
-        rows = torch.randperm(n, device=x_new.device, generator=generator)[:size]
+        rows = torch.randperm(n, device=x_new.device, generator=generator)[:size] if weight is None else \
+            torch.multinomial(weight, size, replacement=False, generator=generator)
         batch = x_new.index_select(0, rows)
         add_noise, drop = (torch.rand(2, generator=coin) < 0.5).tolist()
         if config.noise_std > 0 and add_noise:
@@ -331,6 +385,7 @@ def fit_pairs(
     coin: torch.Generator,
     serve_mean: torch.Tensor | None = None,
     groups: np.ndarray | None = None,
+    weight: np.ndarray | None = None,
     progress: Any = None,
 ) -> PairFit:
     """The aligner's fit on L2-normalised pairs (n, d_new) and (n, d_old) (module docstring).
@@ -339,8 +394,9 @@ def fit_pairs(
     runs that many. ``serve_mean`` (d_new,) replaces the pairs' mean in a centred map's served
     ``z = (x̂ − μ) W`` (the mean of query-role rows; held-out pairs keep the pairs' own mean, so a
     step count cannot be chosen for it and ``steps=None`` then keeps the closed form).
-    ``groups`` (n,) hold the pairs of one group out together (:func:`heldout_folds`).
-    ``progress`` is a tqdm-like bar; its total is set here.
+    ``groups`` (n,) hold the pairs of one group out together (:func:`heldout_folds`). ``weight``
+    (n,) weighs the pairs (:func:`design_weights`) in every fit, in the refinement's draws and in
+    the held-out means. ``progress`` is a tqdm-like bar; its total is set here.
     """
     n = x_new.shape[0]
     scoring = Scoring.of(heldout_folds(n, n_folds, seed, groups) if n >= 2 * n_folds else [], n, seed)
@@ -351,9 +407,15 @@ def fit_pairs(
     if progress is not None:
         progress.total = (len(folds) + 1) * horizon if choose_steps else (0 if steps is None else horizon)
         progress.refresh()
-    pooled = _closed_form_evidence(candidates, x_new, x_old, scoring)
-    best = max(candidates, key=lambda r: float(pooled[r].mean())) if folds else candidates[0]
-    table = {r.name: float(pooled[r].mean()) for r in candidates if folds}
+    pair_weight = None if weight is None else torch.as_tensor(weight, dtype=x_new.dtype, device=x_new.device)
+    scored_weight = None if weight is None or not folds else np.concatenate([weight[val] for _, val in folds])
+
+    def average(rr: np.ndarray) -> float:
+        return float(np.average(rr, weights=scored_weight))
+
+    pooled = _closed_form_evidence(candidates, x_new, x_old, scoring, pair_weight)
+    best = max(candidates, key=lambda r: average(pooled[r])) if folds else candidates[0]
+    table = {r.name: average(pooled[r]) for r in candidates if folds}
     chosen_steps, step_scores = (0 if steps is None else int(steps)), {}
     how = "closed form chosen on held-out pairs" if folds else "too few pairs to hold any out: Procrustes"
     if choose_steps and serve_mean is not None and best.center:
@@ -364,19 +426,20 @@ def fit_pairs(
         how = "served around the queries' mean, which held-out pairs cannot score: closed form kept"
     if choose_steps:
         step_pooled = _refined_evidence(best, x_new, x_old, scoring, horizon=horizon, config=config,
-                                        batch_pairs=batch_pairs, generator=generator, coin=coin, progress=progress)
-        step_scores = {c: float(v.mean()) for c, v in step_pooled.items()}
+                                        batch_pairs=batch_pairs, generator=generator, coin=coin, progress=progress,
+                                        weight=pair_weight)
+        step_scores = {c: average(v) for c, v in step_pooled.items()}
         top = max(step_pooled, key=lambda c: step_scores[c])  # first maximum: the shortest run among ties
         if significantly_better(step_pooled[top], pooled[best]):
             chosen_steps, how = top, "ARerank refinement chosen on held-out pairs"
         else:
             how = "refinement not significantly better on held-out pairs: closed form kept"
-    final = best.fit(x_new, x_old)
+    final = best.fit(x_new, x_old, pair_weight)
     w, losses = final.W, []
     if chosen_steps:
         w, losses = refine_pairs(final.W, x_new - final.mean, x_old, steps=chosen_steps, generator=generator,
                                  coin=coin, config=config, batch_pairs=batch_pairs,
-                                 horizon=horizon if choose_steps else None, progress=progress)
+                                 horizon=horizon if choose_steps else None, progress=progress, weight=pair_weight)
     if progress is not None:
         progress.total = progress.n
         progress.refresh()
@@ -402,7 +465,7 @@ def _partners(scoring: Scoring, val: np.ndarray, device: torch.device) -> torch.
 
 
 def _closed_form_evidence(candidates: Sequence[Recipe], x_new: torch.Tensor, x_old: torch.Tensor,
-                          scoring: Scoring) -> dict[Recipe, np.ndarray]:
+                          scoring: Scoring, weight: torch.Tensor | None = None) -> dict[Recipe, np.ndarray]:
     """Held-out reciprocal ranks of every closed form, each scored pair held out once."""
     scores: dict[Recipe, list[np.ndarray]] = {r: [] for r in candidates}
     gallery = _gallery(x_old, scoring)
@@ -410,7 +473,7 @@ def _closed_form_evidence(candidates: Sequence[Recipe], x_new: torch.Tensor, x_o
         tr, va = torch.as_tensor(train, device=x_new.device), torch.as_tensor(val, device=x_new.device)
         partners = _partners(scoring, val, x_new.device)
         for recipe in candidates:
-            pair_map = recipe.fit(x_new[tr], x_old[tr])
+            pair_map = recipe.fit(x_new[tr], x_old[tr], None if weight is None else weight[tr])
             scores[recipe].append(reciprocal_ranks(F.normalize(pair_map.apply(x_new[va]), dim=1), gallery, partners))
     return {r: np.concatenate(s) if s else np.zeros(0) for r, s in scores.items()}
 
@@ -418,14 +481,15 @@ def _closed_form_evidence(candidates: Sequence[Recipe], x_new: torch.Tensor, x_o
 def _refined_evidence(best: Recipe, x_new: torch.Tensor, x_old: torch.Tensor, scoring: Scoring,
                       *, horizon: int, config: RefineConfig,
                       batch_pairs: int, generator: torch.Generator, coin: torch.Generator,
-                      progress: Any) -> dict[int, np.ndarray]:
+                      progress: Any, weight: torch.Tensor | None = None) -> dict[int, np.ndarray]:
     """Held-out reciprocal ranks of the refined map at every checkpoint of one run per fold."""
     checkpoints = tuple(range(CHECKPOINT_EVERY, horizon + 1, CHECKPOINT_EVERY)) or (horizon,)
     hits: dict[int, list[np.ndarray]] = {c: [] for c in checkpoints}
     gallery = _gallery(x_old, scoring)
     for train, val in scoring.folds:
         tr, va = torch.as_tensor(train, device=x_new.device), torch.as_tensor(val, device=x_new.device)
-        init = best.fit(x_new[tr], x_old[tr])
+        fold_weight = None if weight is None else weight[tr]
+        init = best.fit(x_new[tr], x_old[tr], fold_weight)
         held = x_new[va] - init.mean
         partners = _partners(scoring, val, x_new.device)
 
@@ -434,7 +498,7 @@ def _refined_evidence(best: Recipe, x_new: torch.Tensor, x_old: torch.Tensor, sc
                 hits[step].append(reciprocal_ranks(F.normalize(held @ w, dim=1), gallery, partners))
 
         refine_pairs(init.W, x_new[tr] - init.mean, x_old[tr], steps=horizon, generator=generator, coin=coin,
-                     config=config, batch_pairs=batch_pairs, progress=progress, callback=score)
+                     config=config, batch_pairs=batch_pairs, progress=progress, callback=score, weight=fold_weight)
     return {c: np.concatenate(h) for c, h in hits.items()}
 
 
