@@ -154,7 +154,7 @@ def design_weights(x_new: np.ndarray, x_old: np.ndarray, groups: np.ndarray | No
     Kish's design effect ``1 + (m − 1)ρ`` (ρ the share of the rows' variance between groups, the
     one-way ANOVA estimator, the mean of both models') says how much less. Each pair of a group of
     m weighs ``1 / (1 + (m − 1)ρ)``: ρ = 0 keeps every pair at 1, ρ = 1 gives each group one pair's
-    weight. ``(None, 0.0)`` when no group has two pairs.
+    weight. ``(None, 0.0)`` when no group has two pairs, or all pairs are one group.
     """
     if groups is None:
         return None, 0.0
