@@ -280,7 +280,7 @@ def test_groups_hold_each_documents_views_out_together():
 def test_the_intra_group_correlation_recovers_a_planted_share_of_variance_between_groups():
     """Rows = a group effect (variance share ρ) + independent noise: the ANOVA estimate finds ρ, for
     unequal group sizes too; identical rows within groups give 1, groups that share nothing ≈ 0."""
-    from lfa_index.core.solvers.migration import intra_group_correlation
+    from lfa_index.core.group_weights import intra_group_correlation
 
     rng = np.random.default_rng(0)
     counts = rng.integers(2, 30, 400)
@@ -295,7 +295,7 @@ def test_the_intra_group_correlation_recovers_a_planted_share_of_variance_betwee
 def test_design_weights_count_a_groups_pairs_by_its_design_effect():
     """Each pair of a group of m weighs 1 / (1 + (m − 1)ρ), scaled to mean 1; nothing to weigh
     without groups or with one pair per group."""
-    from lfa_index.core.solvers.migration import design_weights
+    from lfa_index.core.group_weights import design_weights
 
     x, y, _ = planted(n=120, noise=0.05)
     assert design_weights(x, y, None) == (None, 0.0)

@@ -203,8 +203,9 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             from tqdm.auto import tqdm
 
             from ..core.device import resolve_device
+            from ..core.group_weights import design_weights
             from ..core.solvers.matching import fit_unpaired
-            from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, design_weights, fit_pairs
+            from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
             from ..core.solvers.selection import generators
         except ImportError as err:
             raise MissingExtraError(

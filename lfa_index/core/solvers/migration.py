@@ -19,7 +19,7 @@ setting), and the map is chosen on held-out pairs among:
   negatives (the other pairs of the batch), for a step count chosen on the same held-out pairs.
 
 Pairs that come in groups (a document and its sentences or spans) weigh by their group's design
-effect (:func:`design_weights`) in every fit, draw and held-out mean.
+effect (:func:`~lfa_index.core.group_weights.design_weights`) in every fit, draw and held-out mean.
 
 Held-out pairs (:func:`heldout_folds`) score a map by the reciprocal rank of each held-out pair's
 old row among all old rows, for its new row mapped: retrieval of the item itself, the one
@@ -144,43 +144,6 @@ class Recipe:
 def _mean(x: torch.Tensor, share: torch.Tensor | None) -> torch.Tensor:
     """The mean of the rows of ``x``, each weighing its ``share`` (summing to 1; None: equal shares)."""
     return x.mean(dim=0) if share is None else share @ x
-
-
-def design_weights(x_new: np.ndarray, x_old: np.ndarray, groups: np.ndarray | None) -> tuple[np.ndarray | None, float]:
-    """Weights (n,), mean 1, of pairs that come in groups (a document and its sentences), and the
-    intra-group correlation ρ they follow from.
-
-    Views of one document are alike, so m of them carry less than m documents' worth of evidence:
-    Kish's design effect ``1 + (m − 1)ρ`` (ρ the share of the rows' variance between groups, the
-    one-way ANOVA estimator, the mean of both models') says how much less. Each pair of a group of
-    m weighs ``1 / (1 + (m − 1)ρ)``: ρ = 0 keeps every pair at 1, ρ = 1 gives each group one pair's
-    weight. ``(None, 0.0)`` when no group has two pairs, or all pairs are one group.
-    """
-    if groups is None:
-        return None, 0.0
-    codes, counts = np.unique(groups, return_inverse=True, return_counts=True)[1:]
-    if counts.max() < 2 or len(counts) < 2:
-        return None, 0.0
-    rho = float(np.mean([intra_group_correlation(x, codes.reshape(-1), counts) for x in (x_new, x_old)]))
-    size = counts[codes.reshape(-1)]
-    weight = 1.0 / (1.0 + (size - 1) * rho)
-    return weight / weight.mean(), rho
-
-
-def intra_group_correlation(x: np.ndarray, codes: np.ndarray, counts: np.ndarray) -> float:
-    """The one-way ANOVA estimate of the intra-class correlation of rows ``x`` (n, d) in groups ``codes``
-    (n,) of sizes ``counts``, pooled over the d coordinates; clipped to [0, 1]."""
-    x = np.asarray(x, dtype=np.float64)
-    x = x - x.mean(axis=0)
-    n, k = len(x), len(counts)
-    means = np.zeros((k, x.shape[1]))
-    np.add.at(means, codes, x)
-    means /= counts[:, None]
-    within = float(((x - means[codes]) ** 2).sum()) / max(n - k, 1)
-    between = float((counts * (means**2).sum(axis=1)).sum()) / (k - 1)
-    size = (n - float((counts**2).sum()) / n) / (k - 1)
-    denominator = between + (size - 1.0) * within
-    return float(np.clip((between - within) / denominator, 0.0, 1.0)) if denominator > 0 else 0.0
 
 
 def semi_orthogonal_procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -395,8 +358,8 @@ def fit_pairs(
     ``z = (x̂ − μ) W`` (the mean of query-role rows; held-out pairs keep the pairs' own mean, so a
     step count cannot be chosen for it and ``steps=None`` then keeps the closed form).
     ``groups`` (n,) hold the pairs of one group out together (:func:`heldout_folds`). ``weight``
-    (n,) weighs the pairs (:func:`design_weights`) in every fit, in the refinement's draws and in
-    the held-out means. ``progress`` is a tqdm-like bar; its total is set here.
+    (n,) weighs the pairs (:func:`~lfa_index.core.group_weights.design_weights`) in every fit, in
+    the refinement's draws and in the held-out means. ``progress`` is a tqdm-like bar; its total is set here.
     """
     n = x_new.shape[0]
     scoring = Scoring.of(heldout_folds(n, n_folds, seed, groups) if n >= 2 * n_folds else [], n, seed)
