@@ -59,7 +59,13 @@ DIRECTIONS: tuple[tuple[str, str], ...] = (
 WITH_SENTENCES = "+sentences"
 WITH_EVERY = "+every"
 WITH_WINDOWS = "+windows"
-VIEWS = (WITH_SENTENCES, WITH_EVERY, WITH_WINDOWS)
+VIEW_ROWS: dict[str, tuple[str, str, str, str]] = {  # suffix -> ModelRows fields (query role, document role,
+    # each row's document) and the table's words
+    WITH_SENTENCES: ("first_sentences", "first_sentences_as_documents", "sentence_of", "first sentences"),
+    WITH_EVERY: ("every_sentence", "every_sentence_as_documents", "every_sentence_of", "every sentence"),
+    WITH_WINDOWS: ("windows", "windows_as_documents", "window_of", "12-word spans"),
+}
+VIEWS = tuple(VIEW_ROWS)
 PAIR_COUNTS: tuple[int | str, ...] = (100, 300, 1400, "100+sentences", "300+sentences", "1400+sentences",
                                       "100+every", "300+every", "1400+every", "100+windows", "300+windows",
                                       "1400+windows", "unrelated")
@@ -102,21 +108,13 @@ def pairs(count: int | str, new: ModelRows, old: ModelRows, n_docs: int
     n = int(count[: len(count) - len(suffix)]) if suffix else int(count)
     picked = np.random.default_rng(PAIR_SEED).permutation(n_docs)[:n]
     x_new, x_old, groups = new.documents[picked], old.documents[picked], picked
-    if suffix == WITH_SENTENCES:
-        views = np.flatnonzero(np.isin(new.sentence_of, picked))
-        x_new = np.concatenate([x_new, new.first_sentences[views]])
-        x_old = np.concatenate([x_old, old.first_sentences_as_documents[views]])
-        groups = np.concatenate([groups, new.sentence_of[views]])
-    elif suffix == WITH_EVERY:
-        views = np.flatnonzero(np.isin(new.every_sentence_of, picked))
-        x_new = np.concatenate([x_new, new.every_sentence[views]])
-        x_old = np.concatenate([x_old, old.every_sentence_as_documents[views]])
-        groups = np.concatenate([groups, new.every_sentence_of[views]])
-    elif suffix == WITH_WINDOWS:
-        views = np.flatnonzero(np.isin(new.window_of, picked))
-        x_new = np.concatenate([x_new, new.windows[views]])
-        x_old = np.concatenate([x_old, old.windows_as_documents[views]])
-        groups = np.concatenate([groups, new.window_of[views]])
+    if suffix:
+        query_rows, document_rows, source, _ = VIEW_ROWS[suffix]
+        of = getattr(new, source)
+        views = np.flatnonzero(np.isin(of, picked))
+        x_new = np.concatenate([x_new, getattr(new, query_rows)[views]])
+        x_old = np.concatenate([x_old, getattr(old, document_rows)[views]])
+        groups = np.concatenate([groups, of[views]])
     return x_new, x_old, groups
 
 
@@ -126,6 +124,7 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
     n_docs = len(rows[old].documents)
     store, queries = rows[old].documents, rows[new].queries
     query_role = MODELS[new][0] != MODELS[new][1]
+    query_sample = rows[new].unrelated_queries if query_role else None  # the aligner's queries=
     fixed = {
         "legacy (old model)": rows[old].queries @ store.T,
         "full re-index (new model)": queries @ rows[new].documents.T,
@@ -140,16 +139,16 @@ def run_direction(new: str, old: str, rows: dict[str, Any], qrels: dict[int, dic
             results[name] = ndcg_recall(scores(mapped, store), qrels)
         started = time.perf_counter()
         aligner = EmbeddingAligner(random_state=0).fit(
-            x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
+            x_new, x_old, queries=query_sample, groups=groups)
         fit_s = time.perf_counter() - started
         results["EmbeddingAligner"] = ndcg_recall(aligner.transform(queries) @ store.T, qrels)
         if aligner.selection_.get("group_correlation") is not None:  # views: the same fit, every pair weighing 1
             equal = EmbeddingAligner(group_weights="equal", random_state=0).fit(
-                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
+                x_new, x_old, queries=query_sample, groups=groups)
             results["EmbeddingAligner, equal weights"] = ndcg_recall(equal.transform(queries) @ store.T, qrels)
         if count == 1400:  # the least-squares maps as candidates too: what held-out pairs pick, and what queries get
             wide = EmbeddingAligner(maps="all", random_state=0).fit(
-                x_new, x_old, queries=rows[new].unrelated_queries if query_role else None, groups=groups)
+                x_new, x_old, queries=query_sample, groups=groups)
             results["EmbeddingAligner, maps='all'"] = ndcg_recall(wide.transform(queries) @ store.T, qrels)
             candidates = wide.selection_["candidates"]
         if query_role and aligner.center_:
@@ -248,12 +247,9 @@ def table(records: list[dict[str, Any]]) -> str:
             v = r["results"].get(m)
             cells.append("" if v is None else
                          f"{v['ndcg10']:.3f} / {v['recall100']:.3f} ({100 * v['share_of_reindex']:.0f}%)")
-        label = ("5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}" if isinstance(r["pairs"], int)
-                 else f"{int(r['pairs'][:-len(WITH_SENTENCES)]):,} + first sentences ({r['n_pairs']:,} pairs)"
-                 if r["pairs"].endswith(WITH_SENTENCES)
-                 else f"{int(r['pairs'][:-len(WITH_EVERY)]):,} + every sentence ({r['n_pairs']:,} pairs)"
-                 if r["pairs"].endswith(WITH_EVERY)
-                 else f"{int(r['pairs'][:-len(WITH_WINDOWS)]):,} + 12-word spans ({r['n_pairs']:,} pairs)")
+        label = "5,000 unrelated" if r["pairs"] == "unrelated" else f"{r['pairs']:,}" if isinstance(r["pairs"], int) \
+            else next(f"{int(r['pairs'][:-len(suffix)]):,} + {words} ({r['n_pairs']:,} pairs)"
+                      for suffix, (*_, words) in VIEW_ROWS.items() if r["pairs"].endswith(suffix))
         lines.append(f"| {r['new']} -> {r['old']} | {label} | " + " | ".join(cells)
                      + f" | {'yes' if r['aligner_above_simple'] else 'no'} |")
     return "\n".join(lines)
