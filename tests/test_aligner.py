@@ -357,7 +357,7 @@ def test_grouped_pairs_are_weighted_by_default_and_the_summary_says_so():
     """groups bring design-effect weights (selection_ and summary_ give ρ); "equal" and no groups do not,
     and a weighted fit is not the equal one."""
     x, y, _ = planted(n=240, noise=0.3)
-    groups = np.repeat(np.arange(30), 8)
+    groups = np.repeat(np.arange(30), np.arange(1, 31) * 240 // 465 + 1)[:240]  # groups of 1 to 16 pairs
     x = l2_normalize(x + 0.5 * np.random.default_rng(2).standard_normal((30, 24))[groups])
     weighted = EmbeddingAligner(steps=0, random_state=0).fit(x, y, groups=groups)
     rho = weighted.selection_["group_correlation"]
@@ -406,3 +406,41 @@ def test_the_fit_summary_says_when_held_out_pairs_were_drawn(monkeypatch):
     drawn = EmbeddingAligner(steps=0, random_state=0).fit(x, y)
     assert "(120 pairs, 3 folds; 30 of them scored among 60 rows)" in drawn.summary_
     assert (drawn.selection_["scored_pairs"], drawn.selection_["gallery_rows"]) == (30, 60)
+
+
+def test_a_closed_form_replaces_a_simpler_one_only_where_held_out_pairs_show_it_clearly():
+    """simplest_as_good: the one-standard-error rule with the sign test refinement must pass, in the
+    order of simplicity (uncentred first; Procrustes, β rising, whitened by falling shrinkage)."""
+    from lfa_index.core.solvers.migration import Recipe, simplest_as_good, simplicity
+
+    order = sorted([Recipe("whitened", True, 3.0), Recipe("identity", False), Recipe("whitened", False, 1.0),
+                    Recipe("orthogonal", False, 0.5), Recipe("whitened", False, 3.0), Recipe("orthogonal", False)],
+                   key=simplicity)
+    assert [r.name for r in order] == ["Procrustes", "β-Procrustes, β=0.5", "whitened Procrustes, shrinkage 3",
+                                       "whitened Procrustes, shrinkage 1", "identity",
+                                       "whitened Procrustes, shrinkage 3, centred"]
+    plain, centred, whitened = Recipe("orthogonal", False), Recipe("orthogonal", True), Recipe("whitened", False, 1.0)
+    base = np.full(40, 0.5)
+    narrow = base.copy()
+    narrow[:6], narrow[6:10] = 1.0, 0.45  # higher mean, 6 gains against 4 losses: p = 0.38
+    clear = base.copy()
+    clear[:20] = 1.0  # 20 gains, no loss
+    pooled = {plain: base, centred: narrow, whitened: clear}
+    assert simplest_as_good(list(pooled), {plain: base, centred: narrow, whitened: base}, centred) == plain
+    assert simplest_as_good(list(pooled), pooled, whitened) == whitened
+    assert simplest_as_good(list(pooled), {plain: base, centred: clear, whitened: clear}, centred) == whitened
+
+
+def test_few_pairs_of_an_orthogonal_map_keep_procrustes_and_the_selection_names_the_best():
+    """60 noisy pairs of a planted orthogonal map: some closed form scores a little higher on held-out
+    pairs by chance, but not clearly, so Procrustes is kept and ``selection_["how"]`` says which."""
+    x, y, _ = planted(n=60, d_new=16, d_old=16, noise=0.4, seed=6, map_seed=6)
+    aligner = EmbeddingAligner(steps=0, random_state=0).fit(x, y)
+    table = aligner.selection_["candidates"]
+    assert aligner.method_ == "Procrustes" and not aligner.center_
+    best = max(table, key=table.get)
+    assert best != "Procrustes" and table[best] > table["Procrustes"]
+    assert aligner.selection_["how"] == f"simplest closed form as good on held-out pairs (best: {best})"
+    refined = EmbeddingAligner(random_state=0).fit(x, y).selection_["how"]  # refinement adds its own verdict
+    assert refined.startswith(f"simplest closed form as good on held-out pairs (best: {best}); ")
+    assert f"Procrustes (kept over {best}, not clearly better on held-out pairs)" in aligner.summary_

@@ -277,6 +277,9 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
     def _summary(self, n_rows: int) -> str:
         parts = [f"{self.n_features_in_}-d -> {self.n_features_out_}-d", self.method_]
+        passed_over = (self.selection_ or {}).get("heldout_best") if self.paired_ else None
+        if passed_over:
+            parts[-1] += f" (kept over {passed_over}, not clearly better on held-out pairs)"
         if self.paired_:
             parts.append(f"{self.steps_} ARerank steps" if self.steps_ else "no refinement")
             sel = self.selection_ or {}

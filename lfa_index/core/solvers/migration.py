@@ -15,7 +15,9 @@ setting), and the map is chosen on held-out pairs among:
   rows on the old ones ("scores": ``z·y ≈ x·x_new(y)``, the mapped query scores each stored row as
   the new model would score that row's item, whatever the query's distribution);
 * each with or without centring (the pair means; e5's narrow cone needs it);
-* then **ARerank refinement** (paper eq. 7) of the best one, each pair its own class, with in-batch
+* the simplest of them that the best on held-out pairs does not beat in a sign test
+  (:func:`simplest_as_good`: the one-standard-error rule; queries are not drawn like the pairs);
+* then **ARerank refinement** (paper eq. 7) of that one, each pair its own class, with in-batch
   negatives (the other pairs of the batch), for a step count chosen on the same held-out pairs.
 
 Pairs that come in groups (a document and its sentences or spans) weigh by their group's design
@@ -196,6 +198,24 @@ def recipes(d_new: int, d_old: int, centers: Sequence[bool], kinds: Sequence[str
     return out
 
 
+def simplicity(recipe: Recipe) -> tuple:
+    """Where a closed form stands on the way from Procrustes (the paper's map) to the others: without
+    centring before with, then Procrustes, β-Procrustes by rising β, whitened by falling shrinkage,
+    the least-squares maps by falling λ, the identity."""
+    order = {"orthogonal": 0, "whitened": 1, "forward": 2, "scores": 3, "identity": 4}[recipe.kind]
+    penalty = recipe.penalty or 0.0
+    return recipe.center, order, penalty if recipe.kind == "orthogonal" else -penalty
+
+
+def simplest_as_good(candidates: Sequence[Recipe], pooled: dict[Recipe, np.ndarray], top: Recipe) -> Recipe:
+    """The simplest candidate (:func:`simplicity`) that ``top``, the best on held-out pairs, does not beat
+    in a paired sign test on their reciprocal ranks (the one-standard-error rule, with the test that
+    refinement must pass). Held-out pairs share the pairs' distribution; queries do not, and a map
+    that fits the pairs more closely (their mean, their covariance) carries over to queries worse,
+    which held-out pairs cannot see unless the gain is clear."""
+    return next(r for r in sorted(candidates, key=simplicity) if not significantly_better(pooled[top], pooled[r]))
+
+
 def reciprocal_ranks(mapped: torch.Tensor, gallery: torch.Tensor, partners: torch.Tensor,
                      block: int = SCORE_BLOCK) -> np.ndarray:
     """1 / rank of each row's partner in ``gallery`` (unit old rows) by inner product with the mapped row
@@ -268,6 +288,7 @@ class PairFit:
     step_scores: dict[int, float] = field(default_factory=dict)  # steps -> held-out MRR of the refined map
     loss_curve: list[float] = field(default_factory=list)
     how: str = ""
+    heldout_best: str | None = None  # the best closed form on held-out pairs, where a simpler one was kept
     scored: int = 0  # held-out pairs scored (all of them up to MAX_SCORED per fold)
     gallery: int = 0  # old rows each is ranked among (all of them up to MAX_GALLERY)
 
@@ -377,16 +398,19 @@ def fit_pairs(
         return float(np.average(rr, weights=scored_weight))
 
     pooled = _closed_form_evidence(candidates, x_new, x_old, scoring, pair_weight)
-    best = max(candidates, key=lambda r: average(pooled[r])) if folds else candidates[0]
+    leader = max(candidates, key=lambda r: average(pooled[r])) if folds else candidates[0]
+    best = simplest_as_good(candidates, pooled, leader) if folds else leader
     table = {r.name: average(pooled[r]) for r in candidates if folds}
     chosen_steps, step_scores = (0 if steps is None else int(steps)), {}
-    how = "closed form chosen on held-out pairs" if folds else "too few pairs to hold any out: Procrustes"
+    how = "too few pairs to hold any out: Procrustes" if not folds else \
+        "closed form chosen on held-out pairs" if best == leader else \
+        f"simplest closed form as good on held-out pairs (best: {leader.name})"
     if choose_steps and serve_mean is not None and best.center:
         # Held-out pairs score the map on rows centred on the pairs' mean; served around another mean,
         # the refined map is one they never saw (on Cranfield, e5 -> MiniLM, refinement chosen this
         # way lost query nDCG), so nothing can show a gain: the closed form is kept.
         choose_steps = False
-        how = "served around the queries' mean, which held-out pairs cannot score: closed form kept"
+        how += "; served around the queries' mean, which held-out pairs cannot score: closed form kept"
     if choose_steps:
         step_pooled = _refined_evidence(best, x_new, x_old, scoring, horizon=horizon, config=config,
                                         batch_pairs=batch_pairs, generator=generator, coin=coin, progress=progress,
@@ -394,9 +418,9 @@ def fit_pairs(
         step_scores = {c: average(v) for c, v in step_pooled.items()}
         top = max(step_pooled, key=lambda c: step_scores[c])  # first maximum: the shortest run among ties
         if significantly_better(step_pooled[top], pooled[best]):
-            chosen_steps, how = top, "ARerank refinement chosen on held-out pairs"
+            chosen_steps, how = top, how + "; ARerank refinement chosen on held-out pairs"
         else:
-            how = "refinement not significantly better on held-out pairs: closed form kept"
+            how += "; refinement not significantly better on held-out pairs: closed form kept"
     final = best.fit(x_new, x_old, pair_weight)
     w, losses = final.W, []
     if chosen_steps:
@@ -413,6 +437,7 @@ def fit_pairs(
         heldout_mrr=step_scores.get(chosen_steps, init_mrr) if chosen_steps else init_mrr,
         heldout_init_mrr=init_mrr, candidates=table, step_scores=step_scores, loss_curve=losses, how=how,
         scored=sum(len(val) for _, val in folds), gallery=len(scoring.gallery),
+        heldout_best=None if best == leader else leader.name,
     )
 
 
@@ -472,5 +497,5 @@ def describe(fit: PairFit) -> dict[str, Any]:
         "penalty": fit.recipe.penalty, "steps": fit.steps, "how": fit.how,
         "heldout_mrr": fit.heldout_mrr, "heldout_init_mrr": fit.heldout_init_mrr,
         "candidates": fit.candidates, "step_scores": {str(k): v for k, v in fit.step_scores.items()},
-        "scored_pairs": fit.scored, "gallery_rows": fit.gallery,
+        "scored_pairs": fit.scored, "gallery_rows": fit.gallery, "heldout_best": fit.heldout_best,
     }
