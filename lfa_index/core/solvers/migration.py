@@ -208,11 +208,10 @@ def simplicity(recipe: Recipe) -> tuple:
 
 
 def simplest_as_good(candidates: Sequence[Recipe], pooled: dict[Recipe, np.ndarray], top: Recipe) -> Recipe:
-    """The simplest candidate (:func:`simplicity`) that ``top``, the best on held-out pairs, does not beat
-    in a paired sign test on their reciprocal ranks (the one-standard-error rule, with the test that
-    refinement must pass). Held-out pairs share the pairs' distribution; queries do not, and a map
-    that fits the pairs more closely (their mean, their covariance) carries over to queries worse,
-    which held-out pairs cannot see unless the gain is clear."""
+    """The simplest candidate (:func:`simplicity`) that ``top``, the best on held-out pairs, does not beat in
+    a paired sign test on their reciprocal ranks (the one-standard-error rule, with refinement's test):
+    held-out pairs are drawn like the pairs, queries are not, so a map that fits the pairs more
+    closely (their mean, their covariance) must show a clear gain to be worth its departure."""
     return next(r for r in sorted(candidates, key=simplicity) if not significantly_better(pooled[top], pooled[r]))
 
 
