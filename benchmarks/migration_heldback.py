@@ -12,7 +12,7 @@ Usage
 -----
     LFA_SHARED_DATA=../shared/data .venv/bin/python -m benchmarks.migration_heldback
 
-Writes ``benchmarks/results/migration_heldback.{json,md}`` (atomically); about 5 minutes on one
+Writes ``benchmarks/results/migration_heldback.{json,md}`` (atomically); about 2 minutes on one
 core (paraphrase-MiniLM-L3 embeds Cranfield in about a minute; the others come from the cache of
 ``benchmarks.migration``).
 """

@@ -357,7 +357,7 @@ def test_grouped_pairs_are_weighted_by_default_and_the_summary_says_so():
     """groups bring design-effect weights (selection_ and summary_ give ρ); "equal" and no groups do not,
     and a weighted fit is not the equal one."""
     x, y, _ = planted(n=240, noise=0.3)
-    groups = np.repeat(np.arange(30), np.arange(1, 31) * 240 // 465 + 1)[:240]  # groups of 1 to 16 pairs
+    groups = np.repeat(np.arange(30), np.arange(1, 31) * 240 // 465 + 1)[:240]  # groups of 1 to 15 pairs
     x = l2_normalize(x + 0.5 * np.random.default_rng(2).standard_normal((30, 24))[groups])
     weighted = EmbeddingAligner(steps=0, random_state=0).fit(x, y, groups=groups)
     rho = weighted.selection_["group_correlation"]
