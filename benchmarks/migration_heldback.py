@@ -29,16 +29,13 @@ import numpy as np
 
 from benchmarks.data import add_data_argument
 from benchmarks.migration import PAIR_SEED, baselines, scores
-from benchmarks.migration_data import embed, load_cranfield, ndcg_recall, unrelated_texts
+from benchmarks.migration_data import MODELS, embed, load_cranfield, ndcg_recall, unrelated_texts
 from lfa_index import EmbeddingAligner
 from lfa_index.files import atomic_write
 
 RESULTS = Path(__file__).parent / "results"
 SPECS: dict[str, tuple[str, str]] = {  # name -> (document-role SPEC, query-role SPEC)
-    "paraphrase-l3": ("paraphrase-minilm-l3", "paraphrase-minilm-l3"),
-    "minilm": ("minilm", "minilm"),
-    "e5-small": ("e5-small:passage", "e5-small"),
-    "static-64": ("static-64", "static-64"),
+    "paraphrase-l3": ("paraphrase-minilm-l3", "paraphrase-minilm-l3"), **MODELS,
 }
 DIRECTIONS: tuple[tuple[str, str], ...] = (
     ("paraphrase-l3", "minilm"), ("minilm", "paraphrase-l3"), ("paraphrase-l3", "e5-small"),

@@ -277,12 +277,11 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
 
     def _summary(self, n_rows: int) -> str:
         parts = [f"{self.n_features_in_}-d -> {self.n_features_out_}-d", self.method_]
-        passed_over = (self.selection_ or {}).get("heldout_best") if self.paired_ else None
-        if passed_over:
-            parts[-1] += f" (kept over {passed_over}, not clearly better on held-out pairs)"
         if self.paired_:
-            parts.append(f"{self.steps_} ARerank steps" if self.steps_ else "no refinement")
             sel = self.selection_ or {}
+            if sel.get("heldout_best"):
+                parts[-1] += f" (kept over {sel['heldout_best']}, not clearly better on held-out pairs)"
+            parts.append(f"{self.steps_} ARerank steps" if self.steps_ else "no refinement")
             if sel.get("heldout_mrr") is not None:
                 before = f"closed form {sel['heldout_init_mrr']:.3f}; " if self.steps_ else ""
                 scored, gallery = sel.get("scored_pairs", n_rows), sel.get("gallery_rows", n_rows)
