@@ -51,9 +51,13 @@ def test_one_shot_keeps_learning_from_names_whose_geometry_matches(seed):
     assert lfa.selection_["how"] == "one-shot" and lfa.steps_ > 0
 
 
-def test_geometry_evidence_is_a_z_score_of_mantels_statistic():
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_geometry_evidence_is_a_z_score_of_mantels_statistic(device):
     """Against Mantel's statistic and its permutation null computed by hand (same seeded draws);
-    invariant to rotating either side; the widths may differ."""
+    invariant to rotating either side; the widths may differ. On a GPU the null is one gather."""
     rng = np.random.default_rng(3)
     names = normalize(rng.standard_normal((12, 20)))
     y = np.repeat(np.arange(12), 2)
@@ -65,10 +69,11 @@ def test_geometry_evidence_is_a_z_score_of_mantels_statistic():
     draws = np.random.default_rng(1)
     null = np.array([(gx * gt[np.ix_(p, p)]).sum() for p in (draws.permutation(12) for _ in range(200))])
     expected = ((gx * gt).sum() - null.mean()) / null.std()
-    z = geometry_evidence(f32(x), torch.tensor(y), f32(names), random_state=1)
+    z = geometry_evidence(f32(x).to(device), torch.tensor(y, device=device), f32(names).to(device), random_state=1)
     assert z == pytest.approx(expected, rel=1e-4) and z > 3
     rotation = np.linalg.qr(rng.standard_normal((30, 30)))[0]
-    rotated = geometry_evidence(f32(x @ rotation), torch.tensor(y), f32(names), random_state=1)
+    rotated = geometry_evidence(f32(x @ rotation).to(device), torch.tensor(y, device=device), f32(names).to(device),
+                                random_state=1)
     assert rotated == pytest.approx(z, rel=1e-4)
 
 

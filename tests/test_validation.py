@@ -17,7 +17,7 @@ from lfa_index import (
     ShapeError,
     ZeroNormError,
 )
-from lfa_index.core.validation import check_number
+from lfa_index.core.validation import check_array, check_number
 
 
 @pytest.fixture
@@ -133,6 +133,7 @@ def test_errors_are_value_errors():
 @pytest.mark.parametrize(
     "convert",
     [
+        lambda a: a,  # float32 and C-contiguous: the fit reads it without a copy
         lambda a: a.astype(np.float16),
         lambda a: a.astype(np.float64),
         lambda a: np.asfortranarray(a),
@@ -156,6 +157,22 @@ def test_many_input_kinds_are_accepted_and_never_modified(data, convert):
         assert np.mean(lfa.predict(x) == reference.predict(x)) >= 0.9
     else:
         np.testing.assert_allclose(lfa.W_, reference.W_, atol=1e-5)
+
+
+def test_a_check_without_copy_returns_the_input_only_where_nothing_would_change():
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    assert check_array(x, name="x", copy=False) is x
+    assert check_array(x, name="x") is not x
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    huge = x.copy()
+    huge[2] *= 1e20  # rescaled to its largest entry: a copy, the input untouched
+    for other in (x.astype(np.float64), np.asfortranarray(x), x[:, ::2], read_only, huge):
+        before = other.copy()
+        out = check_array(other, name="x", copy=False)
+        assert out is not other and not np.shares_memory(out, other) and out.flags.c_contiguous
+        np.testing.assert_array_equal(other, before)
+    np.testing.assert_allclose(np.abs(check_array(huge, name="x", copy=False)[2]).max(), 1.0)
 
 
 def test_query_dimension_mismatch_is_rejected(data):

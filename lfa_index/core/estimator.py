@@ -407,7 +407,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             ) from err
         device = resolve_device(self.device)
         previous = self._fitted() if self.warm_start and hasattr(self, "W_") else None
-        x_np = check_embeddings(X, name="X", ndims=(2, 3))
+        x_np = check_embeddings(X, name="X", ndims=(2, 3), copy=False)  # read, never written
         codes, classes, p_np = encode_targets(y, x_np, text_emb, class_names)
         if previous is not None and (x_np.shape[-1] != self.n_features_in_ or p_np.shape[1] != self._prototype_dim()):
             raise DimensionMismatchError(
@@ -416,18 +416,17 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             )
         # a fresh seed without touching torch's global generator (the caller's seeded code stays seeded)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
+        labels = None if codes is None else torch.from_numpy(codes).to(device)
         names_informative = None  # text_check=True: the names' geometry, read before any projection
         if self.text_check is True and codes is not None and previous is None:
             names_informative = not names_at_chance(
-                F.normalize(first_view(torch.from_numpy(x_np)), dim=-1), torch.from_numpy(codes),
-                F.normalize(torch.from_numpy(p_np), dim=-1), random_state=seed)
+                F.normalize(first_view(torch.from_numpy(x_np)).to(device), dim=-1), labels,
+                F.normalize(torch.from_numpy(p_np).to(device), dim=-1), random_state=seed)
         widths = (x_np.shape[-1], p_np.shape[1])
         kind = self._projection_kind(*widths, names_informative)
         width = widths[1] if kind == "to_text" else min(widths) if kind == "shrink" else max(widths)
         check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
-        gen, coin = torch.Generator(device=device), torch.Generator()
-        gen.manual_seed(seed)
-        coin.manual_seed(seed + 1)
+        gen, coin = torch.Generator(device=device).manual_seed(seed), torch.Generator().manual_seed(seed + 1)
         d_img = int(x_np.shape[-1])
         if previous is None:
             matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed, names_informative)
@@ -454,7 +453,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 counts = np.bincount(codes)
                 options = self._fit_options(int(counts[counts > 0].min()), affine_queries(kind, side), side is None,
                                             previous, names_informative)
-                state = solve_supervised(x, torch.from_numpy(codes).to(device), protos, options=options, **shared)
+                state = solve_supervised(x, labels, protos, options=options, **shared)
         finally:
             bar.close()
         state.classes_, state.n_features_in_, state.text_prototypes_ = classes, d_img, text_prototypes

@@ -50,8 +50,13 @@ def geometry_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.T
     protos = prototypes[keep].double().cpu().numpy()
     gram_x, gram_t = (_centred_gram(m) for m in (means, protos))
     observed = float((gram_x * gram_t).sum())
-    null = np.array([(gram_x * gram_t[np.ix_(p, p)]).sum()
-                     for p in (rng.permutation(len(means)) for _ in range(permutations))])
+    orders = [rng.permutation(len(means)) for _ in range(permutations)]
+    if x.device.type == "cuda":  # all permutations in one gather (a loop of small ones costs more than the fit's steps)
+        on = torch.as_tensor(np.stack(orders), device=x.device)
+        gx, gt = torch.as_tensor(gram_x, device=x.device), torch.as_tensor(gram_t, device=x.device)
+        null = (gt[on[:, :, None], on[:, None, :]] * gx).sum(dim=(1, 2)).cpu().numpy()
+    else:
+        null = np.array([(gram_x * gram_t[np.ix_(p, p)]).sum() for p in orders])
     spread = float(null.std())
     if spread == 0.0:
         return math.inf if observed > float(null.mean()) else -math.inf

@@ -171,7 +171,8 @@ def solve_supervised(
                     options.refines[0] if len(options.refines) == 1 else False)
     variants = {Variant(c, r): rows[c][0] for c in options.centers if c in rows for r in options.refines}
     y_np = labels.cpu().numpy()
-    folds = support_folds(y_np, config.folds, seed)
+    # held-out folds: not for a warm start or the paper's classifier (they hold nothing out)
+    folds = None if warm is not None or options.paper_classifier else support_folds(y_np, config.folds, seed)
 
     selection: Selection | None = None
     step_trials: list[tuple[int, float, float]] | None = None

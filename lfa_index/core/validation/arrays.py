@@ -61,7 +61,7 @@ def as_real_array(x: ArrayLike, name: str) -> np.ndarray:
     return arr
 
 
-def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.ndarray:
+def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,), copy: bool = True) -> np.ndarray:
     """A new C-contiguous float32 array of ``x``, checked: the one validator of every array input.
 
     Accepts numpy arrays of any real dtype, torch tensors, nested lists and read-only or
@@ -69,7 +69,18 @@ def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.n
     non-numeric or sparse input, :class:`ShapeError` for a wrong number of dimensions or an empty
     array and :class:`NonFiniteError` for NaN/inf. Rows whose largest entry is above 1e15 or
     below 1e-15 are divided by it (their direction is all LFA uses), so norms never overflow or
-    fall into the denormal range.
+    fall into the denormal range. ``copy=False``: ``x`` itself where it already is such an array,
+    writeable, with nothing to rescale (for callers that never write to it).
+    """
+    return _checked(x, name, ndims, copy)[0]
+
+
+def _checked(x: ArrayLike, name: str, ndims: Sequence[int], copy: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`check_array`'s array, and a mask of its all-zero vectors (last axis).
+
+    One pass reads each vector's sum of squares; only vectors whose sum is non-finite, zero or
+    outside the safe range are read again for their largest absolute entry (NaN and ±inf reach it),
+    which says which are finite, all zero or to be rescaled. Then one copy (see ``copy``).
     """
     arr = as_real_array(x, name)
     if arr.ndim not in ndims:
@@ -83,28 +94,39 @@ def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.n
         raise ShapeError(f"Found array with 0 feature(s) (shape={arr.shape}) while a minimum of 1 is required: "
                          f"{name} has rows without features.")
     work = arr if arr.dtype in (np.float32, np.float64) else arr.astype(np.float64)
-    finite = np.isfinite(work)
+    vectors = work.reshape(-1, work.shape[-1])
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN, inf and overflow land among the odd ones
+        squares = np.einsum("ij,ij->i", vectors, vectors)
+        odd = np.flatnonzero(~((squares >= 4 * vectors.shape[1] * _SAFE_MIN**2) & (squares <= _SAFE_MAX**2 / 4)))
+        scale = np.maximum(vectors[odd].max(axis=1), -vectors[odd].min(axis=1))
+    finite = np.ones(len(vectors), dtype=bool)
+    finite[odd] = np.isfinite(scale)
     if not finite.all():
         bad = int((~finite).reshape(arr.shape[0], -1).any(axis=1).sum())
         raise NonFiniteError(f"{name} holds NaN or infinite values in {bad} row(s); drop or repair those rows first.")
-    with np.errstate(over="ignore"):  # rows beyond float32's range are rescaled just below
-        out = np.array(work, dtype=np.float32, order="C", copy=True)
-    vectors, flat = work.reshape(-1, work.shape[-1]), out.reshape(-1, out.shape[-1])
-    scale = np.abs(vectors).max(axis=1)
     rescale = (scale > _SAFE_MAX) | ((scale < _SAFE_MIN) & (scale > 0))
+    if not copy and work.dtype == np.float32 and work.flags.c_contiguous and work.flags.writeable \
+            and not rescale.any():  # writeable: torch.from_numpy warns on a read-only array
+        out = work
+    else:
+        with np.errstate(over="ignore"):  # rows beyond float32's range are rescaled just below
+            out = np.array(work, dtype=np.float32, order="C", copy=True)
+    flat = out.reshape(-1, out.shape[-1])
     if rescale.any():
-        flat[rescale] = (vectors[rescale].astype(np.float64) / scale[rescale, None]).astype(np.float32)
-    return out
+        rows = odd[rescale]
+        flat[rows] = (vectors[rows].astype(np.float64) / scale[rescale, None]).astype(np.float32)
+    zero = np.zeros(len(vectors), dtype=bool)
+    zero[odd] = scale == 0
+    return out, zero
 
 
 def _shape_hint(ndim: int) -> str:
     return {1: "(n,)", 2: "(n_rows, dim)", 3: "(n_rows, n_views, dim)"}.get(ndim, f"{ndim}-D")
 
 
-def check_embeddings(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,)) -> np.ndarray:
+def check_embeddings(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,), copy: bool = True) -> np.ndarray:
     """As :func:`check_array`, and reject all-zero rows (they have no direction)."""
-    arr = check_array(x, name=name, ndims=ndims)
-    zero = ~np.any(arr != 0, axis=-1)
+    arr, zero = _checked(x, name, ndims, copy)
     if zero.any():
         rows = np.flatnonzero(zero.reshape(arr.shape[0], -1).any(axis=1))[:5].tolist()
         raise ZeroNormError(
