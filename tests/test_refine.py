@@ -132,6 +132,45 @@ def test_branch_free_graph_step_refines_like_the_eager_step():
     torch.testing.assert_close(run.w_tt, w_tt, atol=1e-5, rtol=0)
 
 
+def test_branch_free_graph_step_trains_prototypes_too():
+    # The CUDA graph also replays refinement with trained prototypes (the default's held-out runs):
+    # its step, run eagerly on the CPU, moves them and lowers the loss as the eager refinement does.
+    from lfa_index.core.solvers.refine import Refinement
+
+    x, y, protos, _, _ = planted_gap_problem(noise=0.35, seed=4)
+    x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    run = Refinement(w0, x, y, p, steps=200, horizon=200, config=RefineConfig(), train_prototypes=True)
+    opt = torch.optim.AdamW([run.w, run.trained], lr=5e-4, weight_decay=5e-4)
+    torch.manual_seed(0)
+    for step in range(200):
+        opt.zero_grad(set_to_none=True)
+        run.graph_step(opt, torch.tensor(1.0 - ema_momentum(step, 200)))
+    trained = torch.nn.functional.normalize(run.trained.detach(), dim=1)
+    assert float((trained - p).norm(dim=1).min()) > 1e-3  # every prototype moved
+    eager = refine(w0, x, y, p, steps=200, generator=_generators()[0], coin=_generators()[1], train_prototypes=True)
+    start = float(arerank_loss(x @ w0, p, y))
+    graph_loss, eager_loss = float(arerank_loss(x @ run.w.detach(), trained, y)), float(
+        arerank_loss(x @ eager.W, eager.prototypes, y))
+    assert graph_loss < 0.8 * start and abs(graph_loss - eager_loss) < 0.25 * eager_loss
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_refinement_with_trained_prototypes_on_a_cuda_graph_matches_the_eager_run():
+    x, y, protos, _, _ = planted_gap_problem(noise=0.35, seed=4)
+    x, y, p = (torch.tensor(t, device="cuda") for t in (x, y, protos))
+    w0 = beta_procrustes(orthogonal_procrustes(x, p[y]), 0.2)
+    losses = {}
+    for graph in (True, False):
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        run = refine(w0, x, y, p, steps=200, generator=gen, coin=torch.Generator().manual_seed(1), cuda_graph=graph,
+                     train_prototypes=True)
+        torch.testing.assert_close(run.prototypes.norm(dim=1), torch.ones(len(p), device="cuda"), atol=1e-5, rtol=0)
+        losses[graph] = float(arerank_loss(x @ run.W, run.prototypes, y))
+    assert losses[True] < 0.8 * float(arerank_loss(x @ w0, p, y))
+    assert abs(losses[True] - losses[False]) < 0.25 * losses[False]
+
+
 def test_jointly_trained_prototypes_move_stay_unit_and_lower_the_loss_further():
     x, y, protos, _, _ = planted_gap_problem(noise=0.35, seed=4)
     x, y, p = torch.tensor(x), torch.tensor(y), torch.tensor(protos)

@@ -94,7 +94,7 @@ def refine(
         flips are then drawn on the GPU and applied without branching, and the random streams
         come from a CUDA generator seeded from ``generator`` (same distribution, other numbers).
     train_prototypes : also train the prototypes, from ``prototypes``, with the same loss and
-        optimiser (runs eagerly); the result then carries them, L2-normalised.
+        optimiser; the result then carries them, L2-normalised.
     progress : a progress bar (``tqdm``-like: ``update(n)``) advanced by one per step.
     callback : called as ``callback(step, W, W_tt, prototypes)`` after each step (1-based);
         ``prototypes`` are the L2-normalised trained prototypes, or None.
@@ -105,7 +105,7 @@ def refine(
         callback = _only_at(callback, frozenset(callback_steps))
     run = Refinement(w_init, x, labels, prototypes, steps=steps, horizon=horizon, config=config,
                       w_tt_init=w_tt_init, train_prototypes=train_prototypes)
-    use_graph = (x.device.type == "cuda" if cuda_graph is None else cuda_graph) and not train_prototypes
+    use_graph = x.device.type == "cuda" if cuda_graph is None else cuda_graph
     if use_graph and x.device.type == "cuda" and steps > _GRAPH_WARMUP:
         try:
             return run.on_cuda_graph(generator, progress=progress, callback=callback)
@@ -285,7 +285,7 @@ class Refinement:
         # host sync inside the loop).
         lr_t = torch.tensor(self.config.lr, device=device)
         ema_weight = torch.zeros((), device=device)
-        opt = self._optimizer([self.w], lr_t)
+        opt = self._optimizer([self.w] if self.trained is None else [self.w, self.trained], lr_t)
         seed = int(torch.randint(2**62, (1,), device=device, generator=generator))
         graph = None
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -314,7 +314,7 @@ class Refinement:
                     graph.replay()
                 self.losses[step].copy_(loss)
                 if callback is not None:
-                    callback(step + 1, self.w.detach(), self.w_tt, None)
+                    callback(step + 1, self.w.detach(), self.w_tt, self._trained_unit())
                 if progress is not None:
                     progress.update(1)
         return self._result()
