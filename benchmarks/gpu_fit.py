@@ -22,6 +22,7 @@ import torch
 from benchmarks.speed import synthetic, time_estimator
 from lfa_index import LFA
 from lfa_index.core.config import RefineConfig
+from lfa_index.core.solvers import loss as loss_module
 from lfa_index.core.solvers.beta import select_beta
 from lfa_index.core.solvers.loss import nearest
 from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
@@ -32,7 +33,8 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _sync() -> None:
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 @contextmanager
@@ -63,9 +65,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--device", default="cuda", help="cuda (the check), or cpu for a smoke run")
+    parser.add_argument("--classes", type=int, default=1000, help="C (1000: ImageNet-sized)")
     args = parser.parse_args()
-    device = torch.device("cuda")
-    x, y, p = (t.to(device) for t in synthetic(1000, 16, 5, 512))
+    device = torch.device(args.device)
+    x, y, p = (t.to(device) for t in synthetic(args.classes, 16, 5, 512))
     x0 = x[:, 0]
     rows = []
 
@@ -89,12 +93,32 @@ def main() -> None:
         row = phases(precision, use_tf32)
         rows.append(row)
         print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+    dense = loss_module._dense_rows_gradient  # the choice it makes in bfloat16 on a GPU, against embedding_bag
+    loss_module._dense_rows_gradient = lambda mapped: False
+    try:
+        row = dict(phases("bf16-mixed", False), backward="embedding_bag")
+    finally:
+        loss_module._dense_rows_gradient = dense
+    rows.append(row)
+    print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
 
     for precision, use_tf32 in (("float32", False), ("float32", True), ("bf16-mixed", False)):
         with tf32(use_tf32):
-            fit_s = min(time_estimator(1000, 16, 5, 512, args.steps, device, precision) for _ in range(2))
+            fit_s = min(time_estimator(args.classes, 16, 5, 512, args.steps, device, precision) for _ in range(2))
         rows.append(dict(precision=precision, tf32=use_tf32, lfa_paper_fit_s=fit_s))
         print(f"LFA.paper(steps={args.steps}).fit from numpy: {precision} tf32={use_tf32} {fit_s:.4f}s", flush=True)
+
+    # the default (held-out choices of steps and options, then the final fit), for comparison
+    xs, ys, ps = (t.numpy() for t in synthetic(args.classes, 16, 5, 512))
+    for precision in ("float32", "bf16-mixed"):
+        default = LFA(random_state=0, device=str(device), precision=precision)
+        default.fit(xs[:50], ys[:50] % 2, ps[:2])
+        _sync()
+        start = time.perf_counter()
+        default.fit(xs, ys, ps)
+        _sync()
+        rows.append(dict(precision=precision, default_fit_s=time.perf_counter() - start, summary=default.summary_))
+        print(f"LFA().fit from numpy: {precision} {rows[-1]['default_fit_s']:.4f}s  {default.summary_}", flush=True)
 
     # the pieces of Procrustes: the SVD on the GPU and alternatives
     m = x0.T @ p[y]
@@ -102,15 +126,16 @@ def main() -> None:
         "svd_gpu_f32": timed(lambda: torch.linalg.svd(m), args.repeats),
         "svd_cpu_f64": timed(lambda: torch.linalg.svd(m.double().cpu()), args.repeats),
         "eigh_gpu_f32": timed(lambda: torch.linalg.eigh(m.T @ m), args.repeats),
-        "svd_gpu_gesvdj": timed(lambda: torch.linalg.svd(m, driver="gesvdj"), args.repeats),
-        "svd_gpu_gesvda": timed(lambda: torch.linalg.svd(m, driver="gesvda"), args.repeats),
+        **({"svd_gpu_gesvdj": timed(lambda: torch.linalg.svd(m, driver="gesvdj"), args.repeats),
+            "svd_gpu_gesvda": timed(lambda: torch.linalg.svd(m, driver="gesvda"), args.repeats)}
+           if device.type == "cuda" else {}),
         "topk_16000x1000": timed(lambda: (x0 @ p.T).topk(3, dim=1), args.repeats),
         "nearest_16000x1000": timed(lambda: nearest(x0 @ p.T, 3), args.repeats),
         "mm_only_16000x1000": timed(lambda: x0 @ p.T, args.repeats),
     }
     u, _, vh = torch.linalg.svd(m.double())
     reference = (u @ vh).float()
-    for driver in ("gesvd", "gesvdj", "gesvda"):
+    for driver in ("gesvd", "gesvdj", "gesvda") if device.type == "cuda" else ():
         u, _, vh = torch.linalg.svd(m, driver=driver)
         pieces[f"polar_error_{driver}"] = float((u @ vh - reference).abs().max())
     print(" ".join(f"{k}={v * 1000:.3f}ms" if "error" not in k else f"{k}={v:.2e}" for k, v in pieces.items()),
@@ -118,27 +143,32 @@ def main() -> None:
     if args.profile:  # where a whole LFA.paper fit from numpy spends its time beyond the phases
         import cProfile
         import pstats
-        xs, ys, ps = (t.numpy() for t in synthetic(1000, 16, 5, 512))
-        lfa = LFA.paper(steps=args.steps, random_state=0, device="cuda", precision="bf16-mixed")
+        lfa = LFA.paper(steps=args.steps, random_state=0, device=str(device), precision="bf16-mixed")
         lfa.fit(xs, ys, ps)
         profiler = cProfile.Profile()
         profiler.enable()
         lfa.fit(xs, ys, ps)
-        torch.cuda.synchronize()
+        _sync()
         profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumtime").print_stats(25)
+        pstats.Stats(profiler).sort_stats("cumtime").print_stats(40)
     profile = None
     if args.profile:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as torch_profile
         w0 = beta_procrustes(orthogonal_procrustes(x0, p[y]), 0.5)
         gen = torch.Generator(device=device).manual_seed(0)
-        with torch_profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-            refine(w0, x, y, p, steps=20, generator=gen, coin=torch.Generator().manual_seed(1), cuda_graph=False)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with torch_profile(activities=activities) as prof:
+            refine(w0, x, y, p, steps=20, generator=gen, coin=torch.Generator().manual_seed(1), cuda_graph=False,
+                   config=RefineConfig(precision="bf16-mixed"))
             _sync()
-        profile = prof.key_averages().table(sort_by="cuda_time_total", row_limit=18)
+        profile = prof.key_averages().table(sort_by="cuda_time_total" if device.type == "cuda" else "cpu_time_total",
+                                            row_limit=25)
         print(profile)
-    meta = dict(device_name=torch.cuda.get_device_name(device), torch=torch.__version__, steps=args.steps)
+    if device.type != "cuda":  # a smoke run: nothing is written
+        return
+    meta = dict(device_name=torch.cuda.get_device_name(device), torch=torch.__version__, steps=args.steps,
+                classes=args.classes)
     atomic_write(RESULTS / "gpu_fit.json", json.dumps({"meta": meta, "rows": rows, "pieces_s": pieces,
                                                         "profile": profile}, indent=1))
 
