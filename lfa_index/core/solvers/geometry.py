@@ -52,9 +52,9 @@ def geometry_evidence(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.T
     observed = float((gram_x * gram_t).sum())
     orders = [rng.permutation(len(means)) for _ in range(permutations)]
     if x.device.type == "cuda":  # all permutations in one gather (a loop of small ones costs more than the fit's steps)
-        on = torch.as_tensor(np.stack(orders), device=x.device)
+        perms = torch.as_tensor(np.stack(orders), device=x.device)
         gx, gt = torch.as_tensor(gram_x, device=x.device), torch.as_tensor(gram_t, device=x.device)
-        null = (gt[on[:, :, None], on[:, None, :]] * gx).sum(dim=(1, 2)).cpu().numpy()
+        null = (gt[perms[:, :, None], perms[:, None, :]] * gx).sum(dim=(1, 2)).cpu().numpy()
     else:
         null = np.array([(gram_x * gram_t[np.ix_(p, p)]).sum() for p in orders])
     spread = float(null.std())

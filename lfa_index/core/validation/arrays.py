@@ -62,7 +62,8 @@ def as_real_array(x: ArrayLike, name: str) -> np.ndarray:
 
 
 def check_array(x: ArrayLike, *, name: str, ndims: Sequence[int] = (2,), copy: bool = True) -> np.ndarray:
-    """A new C-contiguous float32 array of ``x``, checked: the one validator of every array input.
+    """A C-contiguous float32 array of ``x`` (a new one unless ``copy=False``), checked: the one validator of
+    every array input.
 
     Accepts numpy arrays of any real dtype, torch tensors, nested lists and read-only or
     non-contiguous views; never modifies the input. Raises :class:`InvalidInputError` for
