@@ -24,7 +24,6 @@ import torch
 from benchmarks.speed import synthetic, time_estimator
 from lfa_index import LFA
 from lfa_index.core.config import RefineConfig
-from lfa_index.core.solvers import loss as loss_module
 from lfa_index.core.solvers.beta import select_beta
 from lfa_index.core.solvers.loss import nearest
 from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
@@ -96,14 +95,6 @@ def main() -> None:
         row = phases(precision, use_tf32)
         rows.append(row)
         print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
-    dense = loss_module._dense_rows_gradient  # the choice it makes in bfloat16 on a GPU, against embedding_bag
-    loss_module._dense_rows_gradient = lambda mapped: False
-    try:
-        row = dict(phases("bf16-mixed", False), backward="embedding_bag")
-    finally:
-        loss_module._dense_rows_gradient = dense
-    rows.append(row)
-    print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
 
     for precision, use_tf32 in (("float32", False), ("float32", True), ("bf16-mixed", False)):
         with tf32(use_tf32):

@@ -117,27 +117,6 @@ def test_prototype_gradients_of_bfloat16_rows_with_float32_norms(monkeypatch, ro
     torch.testing.assert_close(got[1], want.float(), rtol=0.05, atol=0.02)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (its autocast and the dense backward)")
-def test_bfloat16_rows_gradient_by_one_product_on_cuda_matches_embedding_bag(monkeypatch):
-    """On a GPU in bfloat16 the rows' gradient comes from one product of the (n, C) weights (where they are
-    the smaller), elsewhere from embedding_bag: on the same forward pass both must agree."""
-    from lfa_index.core.solvers import loss as loss_module
-
-    rng = np.random.default_rng(5)
-    mapped = torch.tensor(rng.standard_normal((300, 12)), device="cuda").to(torch.bfloat16).requires_grad_()
-    protos = torch.tensor(rng.standard_normal((7, 12)), dtype=torch.float32, device="cuda").requires_grad_()
-    labels = torch.tensor(rng.integers(0, 7, 300), device="cuda")
-    grads = []
-    for dense in (True, False):
-        monkeypatch.setattr(loss_module, "_dense_rows_gradient", lambda m, dense=dense: dense)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = arerank_loss(mapped, protos, labels, margin_gradient=False)
-        grads.append(torch.autograd.grad(loss, (mapped, protos)))
-    for got, ref in zip(*grads):
-        assert got.dtype == ref.dtype
-        torch.testing.assert_close(got.float(), ref.float(), rtol=0.02, atol=0.01 * float(ref.abs().max()))
-
-
 def test_nearest_is_topk_on_either_side_of_the_argmax_switch():
     """Below ARGMAX_MIN_SCORES scores `nearest` is torch's topk; from it on, arg-max passes (in float32
     for bfloat16 scores): the same columns, best first, on scores without ties (seeded normal draws)."""

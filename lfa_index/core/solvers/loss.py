@@ -37,38 +37,24 @@ class _PickedCosines(torch.autograd.Function):
         mapped, prototypes, wanted, cosines, norms = ctx.saved_tensors
         grad = grad.to(mapped.dtype)
         inverse = 1.0 / norms  # float32 where CUDA's autocast took the norms of bfloat16 rows in float32
-        n_classes, width = prototypes.shape
-        # the (n, C) weights of the wanted prototypes, where they are the smaller; in bfloat16 on a GPU one
-        # product of them also beats embedding_bag's gather for the rows' gradient (an H200: 129 µs a step)
-        dense = n_classes <= wanted.shape[1] * width
-        on_gpu = _dense_rows_gradient(mapped)
-        weights = None
-        if dense and (ctx.needs_input_grad[1] or (on_gpu and ctx.needs_input_grad[0])):
-            weights = torch.zeros(len(mapped), n_classes, dtype=inverse.dtype, device=mapped.device).scatter_add_(
-                1, wanted, grad.to(inverse.dtype))
         grad_mapped = grad_prototypes = None
         if ctx.needs_input_grad[0]:
-            if on_gpu and weights is not None:
-                pulled = weights.to(mapped.dtype) @ prototypes.to(mapped.dtype)
-            else:
-                pulled = F.embedding_bag(wanted, prototypes.to(mapped.dtype), per_sample_weights=grad, mode="sum")
+            pulled = F.embedding_bag(wanted, prototypes.to(mapped.dtype), per_sample_weights=grad, mode="sum")
             along = (grad * cosines).sum(dim=1, keepdim=True) * inverse * inverse
             # in the rows' dtype, so the passes over (n, d) need no casts
             grad_mapped = pulled.mul_(inverse.to(mapped.dtype)).addcmul_(mapped, along.to(mapped.dtype), value=-1.0)
         if ctx.needs_input_grad[1]:
             z = mapped * inverse
-            if weights is not None:  # one product
+            n_classes, width = prototypes.shape
+            if n_classes <= wanted.shape[1] * width:  # the (n, C) weights are the smaller: one product
+                weights = torch.zeros(len(z), n_classes, dtype=z.dtype, device=z.device).scatter_add_(
+                    1, wanted, grad.to(z.dtype))  # z is float32 where the norms are
                 grad_prototypes = (weights.T @ z).to(prototypes.dtype)
             else:  # many classes: never an (n, C) tensor
                 grad_prototypes = torch.zeros_like(prototypes).index_add_(
                     0, wanted.reshape(-1), (grad.unsqueeze(2) * z.unsqueeze(1)).reshape(-1, width).to(prototypes.dtype)
                 )
         return grad_mapped, grad_prototypes, None, None
-
-
-def _dense_rows_gradient(mapped: torch.Tensor) -> bool:
-    """Whether the rows' gradient may come from one product of the (n, C) weights: bfloat16 on a GPU."""
-    return mapped.is_cuda and mapped.dtype == torch.bfloat16
 
 
 ARGMAX_MIN_SCORES = 25_000
