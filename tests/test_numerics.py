@@ -71,3 +71,57 @@ def test_a_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypatch)
     monkeypatch.setenv("LFA_INDEX_MEMORY_LIMIT", "lots")
     with pytest.raises(ValueError, match="not a size"):
         LFA(steps=0).fit(x, [0, 1, 2, 3], x)
+
+
+def _with_a_dead_dimension(rows: np.ndarray, seed: int, scale: float) -> np.ndarray:
+    """``rows`` with column 0 replaced by values of ``scale`` (all-MiniLM-L6-v2 writes 1e-33 to 1e-37
+    in two of its dimensions for every text)."""
+    out = rows.astype(np.float32).copy()
+    out[:, 0] = scale * np.random.default_rng(seed).uniform(0.5, 1.5, len(out))
+    return out
+
+
+def test_entries_too_small_to_matter_are_zero_and_the_rest_of_the_unit_row_is_kept():
+    import torch
+    import torch.nn.functional as F
+
+    from lfa_index.core.solvers.unit_rows import NEGLIGIBLE, unit_rows
+
+    x = torch.from_numpy(_with_a_dead_dimension(np.random.default_rng(0).normal(size=(50, 16)), 1, 1e-33))
+    x[0, 1] = 4 * NEGLIGIBLE * x[0].norm()  # above the bound once normalised: kept
+    plain, rows = F.normalize(x, dim=1), unit_rows(x)
+    assert (rows[:, 0] == 0).all() and (plain[:, 0] != 0).all()
+    torch.testing.assert_close(rows[:, 1:], plain[:, 1:], rtol=0, atol=0)
+
+
+def test_a_dead_dimension_leaves_no_subnormal_number_in_the_loss_gradient():
+    """The gradient of the ARerank loss at rows and prototypes with a dead dimension is full of
+    subnormal numbers (10-100x slower on x86 CPUs) unless those entries are held at zero."""
+    import torch
+    import torch.nn.functional as F
+
+    from lfa_index.core.solvers.loss import arerank_loss
+    from lfa_index.core.solvers.unit_rows import unit_rows
+
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(_with_a_dead_dimension(rng.normal(size=(400, 32)), 4, 1e-33))
+    p = torch.from_numpy(_with_a_dead_dimension(rng.normal(size=(20, 32)), 5, 1e-36))
+    labels = torch.from_numpy(rng.integers(0, 20, 400))
+
+    def subnormals(normalise) -> int:
+        mapped = normalise(x).requires_grad_(True)
+        arerank_loss(mapped, normalise(p), labels).backward()
+        grad = mapped.grad
+        return int(((grad != 0) & (grad.abs() < torch.finfo(grad.dtype).tiny)).sum())
+
+    assert subnormals(lambda t: F.normalize(t, dim=1)) > 0  # the planted problem is the real one
+    assert subnormals(unit_rows) == 0
+
+
+def test_a_dead_dimension_does_not_change_the_fit(problem):
+    """Entries of 1e-33 change no cosine, so zeroing them leaves every fitted number as it was."""
+    x, y, p, xt, _ = problem
+    dead = LFA(**OPTIONS).fit(_with_a_dead_dimension(x, 1, 1e-33), y, _with_a_dead_dimension(p, 2, 1e-36))
+    zeroed = LFA(**OPTIONS).fit(_with_a_dead_dimension(x, 1, 0.0), y, _with_a_dead_dimension(p, 2, 0.0))
+    np.testing.assert_array_equal(dead.W_, zeroed.W_)
+    np.testing.assert_array_equal(dead.predict(xt), zeroed.predict(xt))

@@ -399,6 +399,7 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             from .device import resolve_device
             from .solvers.geometry import names_at_chance
             from .solvers.supervised import first_view, solve_supervised
+            from .solvers.unit_rows import unit_rows
             from .solvers.unsupervised import solve_unsupervised
         except ImportError as err:
             raise MissingExtraError(
@@ -432,8 +433,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed, names_informative)
         else:
             matrix, side, kind = previous.projection_, previous.projection_side_, previous.projection_kind_
-        x = F.normalize(torch.from_numpy(project_rows(x_np, "image", matrix, side)).to(device), dim=-1)
-        protos = F.normalize(torch.from_numpy(project_rows(p_np, "text", matrix, side)).to(device), dim=-1)
+        x = unit_rows(torch.from_numpy(project_rows(x_np, "image", matrix, side)).to(device))
+        protos = unit_rows(torch.from_numpy(project_rows(p_np, "text", matrix, side)).to(device))
         text_prototypes = protos.cpu().numpy()
         if codes is None:
             self._check_unsupervised_options()

@@ -45,6 +45,7 @@ from .selection import (
     served_classifier,
     support_folds,
 )
+from .unit_rows import unit_rows
 
 CENTRING_MIN_NORM = 1e-3
 """Unit rows closer than this to their mean lose their direction when centred."""
@@ -104,7 +105,7 @@ def variant_rows(x: torch.Tensor, labels: torch.Tensor, prototypes: torch.Tensor
                     "(almost) zero: the support lies along one direction. Set center=False (or 'auto')."
                 )
             continue  # "auto": a centring that erases rows is not a candidate
-        fit_rows = F.normalize(x - mean, dim=-1) if centred else x
+        fit_rows = unit_rows(x - mean) if centred else x
         served = first_view(x) - mean if centred else first_view(x)
         if warm is not None:
             beta = BetaChoice(warm.beta, "warm-start")
