@@ -444,3 +444,17 @@ def test_few_pairs_of_an_orthogonal_map_keep_procrustes_and_the_selection_names_
     refined = EmbeddingAligner(random_state=0).fit(x, y).selection_["how"]  # refinement adds its own verdict
     assert refined.startswith(f"simplest closed form as good on held-out pairs (best: {best}); ")
     assert f"Procrustes (kept over {best}, not clearly better on held-out pairs)" in aligner.summary_
+
+
+def test_a_dead_dimension_of_the_old_model_changes_nothing_it_fits():
+    """all-MiniLM-L6-v2 writes 1e-33 in two of its dimensions: those entries change no cosine and are
+    held at zero (their products with gradients would be subnormal, 10-100x slower on a CPU), so the
+    aligner fits the same numbers as on rows where they are exactly zero."""
+    x, y, _ = planted(n=120, noise=0.05)
+    dead, zeroed = y.copy(), y.copy()
+    dead[:, 3] = 1e-33 * np.random.default_rng(5).uniform(0.5, 1.5, len(y))
+    zeroed[:, 3] = 0.0
+    first = EmbeddingAligner(steps=25, random_state=0).fit(x, dead)
+    second = EmbeddingAligner(steps=25, random_state=0).fit(x, zeroed)
+    np.testing.assert_array_equal(first.W_, second.W_)
+    np.testing.assert_array_equal(first.mean_, second.mean_)

@@ -207,6 +207,7 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
             from ..core.solvers.matching import fit_unpaired
             from ..core.solvers.migration import DEFAULT_KINDS, KINDS, describe, fit_pairs
             from ..core.solvers.selection import generators
+            from ..core.solvers.unit_rows import without_negligible
         except ImportError as err:
             raise MissingExtraError(
                 f"fitting an EmbeddingAligner needs torch ({err}); `pip install lfa-index` brings it (a saved "
@@ -238,8 +239,8 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         device = resolve_device(self.device)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         gen, coin = generators(device, seed)
-        a = torch.from_numpy(x_new).to(device)
-        b = torch.from_numpy(x_old).to(device)
+        a = without_negligible(torch.from_numpy(x_new).to(device))  # fresh unit rows (l2_normalize)
+        b = without_negligible(torch.from_numpy(x_old).to(device))
         serve_mean = None if sample is None else F.normalize(torch.from_numpy(sample), dim=1).mean(dim=0).to(device)
         if paired:
             weight, rho = design_weights(x_new, x_old, codes) if self.group_weights == "design" else (None, 0.0)

@@ -23,5 +23,9 @@ largest partial sum, far above it."""
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
     """``x`` L2-normalised along its last axis, entries below :data:`NEGLIGIBLE` set to zero."""
-    rows = F.normalize(x, dim=-1)
+    return without_negligible(F.normalize(x, dim=-1))
+
+
+def without_negligible(rows: torch.Tensor) -> torch.Tensor:
+    """Unit ``rows`` with their entries below :data:`NEGLIGIBLE` set to zero, in place."""
     return rows.masked_fill_(rows.abs() < NEGLIGIBLE, 0.0)
