@@ -239,8 +239,9 @@ class EmbeddingAligner(TransformerMixin, BaseEstimator):
         device = resolve_device(self.device)
         seed = self.random_state if self.random_state is not None else int(np.random.SeedSequence().entropy % 2**31)
         gen, coin = generators(device, seed)
-        a = without_negligible(torch.from_numpy(x_new).to(device))  # fresh unit rows (l2_normalize)
-        b = without_negligible(torch.from_numpy(x_old).to(device))
+        # in place on the fresh unit rows of l2_normalize, so the numpy rows below agree on every device
+        a = without_negligible(torch.from_numpy(x_new)).to(device)
+        b = without_negligible(torch.from_numpy(x_old)).to(device)
         serve_mean = None if sample is None else F.normalize(torch.from_numpy(sample), dim=1).mean(dim=0).to(device)
         if paired:
             weight, rho = design_weights(x_new, x_old, codes) if self.group_weights == "design" else (None, 0.0)
