@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from lfa_index.core.solvers.loss import ARGMAX_MIN_SCORES, arerank_loss, nearest
+from lfa_index.core.solvers.loss import ARGMAX_MIN_SCORES, PARTIAL_SORT_CLASSES, arerank_loss, nearest
 
 
 def _paper_loss(mapped, protos, labels, k, s):
@@ -119,9 +119,10 @@ def test_prototype_gradients_of_bfloat16_rows_with_float32_norms(monkeypatch, ro
 
 def test_nearest_is_topk_on_either_side_of_the_argmax_switch():
     """Below ARGMAX_MIN_SCORES scores `nearest` is torch's topk; from it on, arg-max passes (in float32
-    for bfloat16 scores): the same columns, best first, on scores without ties (seeded normal draws)."""
+    for bfloat16 scores) up to PARTIAL_SORT_CLASSES × k columns, topk again from there: the same
+    columns, best first, on scores without ties (seeded normal draws)."""
     generator = torch.Generator().manual_seed(0)
-    for rows, classes in ((20, 77), (ARGMAX_MIN_SCORES // 77 + 1, 77), (400, 150)):
+    for rows, classes in ((20, 77), (ARGMAX_MIN_SCORES // 77 + 1, 77), (400, 150), (400, 3 * PARTIAL_SORT_CLASSES)):
         scores = torch.randn(rows, classes, generator=generator, dtype=torch.float64)
         for k in (1, 3, 4):
             assert torch.equal(nearest(scores, k), scores.topk(k, dim=1).indices)
@@ -129,3 +130,17 @@ def test_nearest_is_topk_on_either_side_of_the_argmax_switch():
         # bfloat16 (the scores of refinement under autocast) holds the integers up to 256 exactly
         ranks = torch.argsort(torch.rand(rows, classes, generator=generator), dim=1).to(torch.bfloat16)
         assert torch.equal(nearest(ranks, 3), ranks.topk(3, dim=1).indices)
+
+
+def test_nearest_resolves_ties_to_the_first_column_on_the_arg_max_path():
+    """Where `nearest` takes arg-max passes on a CPU, equal scores resolve as ``argmax`` does (the first
+    column of equal maxima), so the faster ``max`` it uses there changes no fit: integer scores in
+    0..4 over 77 columns tie in every row."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 5, (ARGMAX_MIN_SCORES // 77 + 1, 77), generator=generator).float()
+    work, expected = scores.clone(), []
+    for _ in range(3):
+        best = work.argmax(dim=1, keepdim=True)
+        expected.append(best)
+        work.scatter_(1, best, float("-inf"))
+    assert torch.equal(nearest(scores, 3), torch.cat(expected, dim=1))
