@@ -629,3 +629,48 @@ def test_migration_roles_fits_each_way_on_the_rows_of_its_role(monkeypatch):
     plain = migration_roles.run("5", data, as_queries, qrels)
     assert plain["views"] is None and len(fits) == 3
     assert "| 5 |" in migration_roles.markdown([plain])
+
+
+def test_the_stacked_share_is_the_one_whose_out_of_fold_average_classifies_the_support_best():
+    from benchmarks import residual_kernel as rk
+
+    y = np.array([0, 1, 2, 0, 1, 2])
+    right = np.eye(3)[y]  # classifies every row
+    wrong = np.eye(3)[(y + 1) % 3]  # classifies none
+    assert rk.stacked_share(right, wrong, y) == 0.0
+    assert rk.stacked_share(wrong, right, y) == 0.75  # the kernel's side wins from ¾ on: the smallest such share
+    assert rk.stacked_share(right, right, y) == 0.0  # ties: the smaller share, more of the default
+
+
+def test_the_residual_kernel_weighs_a_base_that_knows_the_classes_more_than_one_that_does_not():
+    from benchmarks import residual_kernel as rk
+
+    X, y, X_eval, y_eval, _ = planted_problem(shots=4, noise=0.9, seed=2)
+    truth = rk.zscore(np.eye(N_CLASSES)[y] + 0.01 * np.arange(N_CLASSES))
+    _, informed = rk.residual_kernel(X, y, X_eval, truth, rk.zscore(np.eye(N_CLASSES)[y_eval]))
+    assert informed["scale"] > 0 and informed["loo_error"] == 0.0
+    rng = np.random.default_rng(0)
+    noise, noise_eval = (rk.zscore(rng.normal(size=(n, N_CLASSES))) for n in (len(y), len(y_eval)))
+    _, blind = rk.residual_kernel(X, y, X_eval, noise, noise_eval)
+    assert blind["scale"] < informed["scale"] and blind["loo_error"] > 0.5
+
+
+def test_the_residual_kernel_benchmark_writes_its_table_against_the_matrix_baselines(tmp_path, monkeypatch):
+    from benchmarks import residual_kernel as rk
+
+    sets = {"minilm~minilm": planted_set("minilm~minilm", same_model=True)}
+    monkeypatch.setattr(rk, "load_pair", lambda name, **kw: sets[name])
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"records": [
+        {"set": "minilm~minilm", "shots": 4, "seed": 1, "method": m, "accuracy": a}
+        for m, a in (("gda", 0.5), ("nearest_class_mean", 0.4), ("lfa", 0.9))]}))
+    common = ["--shots", "4", "--seeds", "1", "--matrix", str(matrix), "--out-dir", str(tmp_path)]
+    rk.main(["--pairs", "minilm~minilm", "--name", "a", *common])
+    records = json.loads((tmp_path / "a.json").read_text())["records"]
+    assert {r["method"] for r in records} == set(rk.METHODS)
+    assert all(0 <= r["accuracy"] <= 1 for r in records)
+    stacked, = [r for r in records if r["method"] == "lfa_kernel_stacked"]
+    assert stacked["share"] in rk.SHARES
+    rk.main(["--merge", "a", "--name", "both", *common])
+    table = (tmp_path / "both.md").read_text()
+    assert "gda 50.00" in table and "Cells failing (b)" in table  # the best baseline comes from the matrix
