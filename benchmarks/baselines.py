@@ -402,20 +402,22 @@ def kernel_ridge_loo(
 def select_kernel_ridge(
     X: np.ndarray, y: np.ndarray, prototypes: np.ndarray | None = None,
     widths: Sequence[float] = KERNEL_WIDTHS, lambdas: Sequence[float] = KERNEL_RIDGE_LAMBDAS,
-    scales: Sequence[float] = ZERO_SHOT_SCALES,
+    scales: Sequence[float] = ZERO_SHOT_SCALES, base: np.ndarray | None = None,
 ) -> KernelRidgeChoice:
-    """Kernel width b, λ and the zero-shot scale with the least leave-one-out error on the support.
+    """Kernel width b, λ and the base's scale with the least leave-one-out error on the support.
 
     The error is the share of support rows that the closed-form leave-one-out logits
     (:func:`kernel_ridge_loo`) misclassify; ties (frequent at 1 shot, where a left-out row's class
     has no other row) go to the smaller mean squared leave-one-out error, then to grid order.
-    Without ``prototypes`` the scale is 0: no zero-shot term.
+    The base is zero-shot's cosines to ``prototypes``, or ``base`` (n, C), another learner's scores
+    of the support rows; with neither the scale is 0.
     """
     if not (widths and lambdas and scales):
         raise ValueError("select_kernel_ridge needs at least one width, one lambda and one scale.")
     X, y = l2_normalize(X).astype(np.float64), np.asarray(y)
-    targets = np.eye(_n_classes(y, prototypes))[y]
-    base = None if prototypes is None else X @ l2_normalize(prototypes).astype(np.float64).T
+    if base is None and prototypes is not None:
+        base = X @ l2_normalize(prototypes).astype(np.float64).T
+    targets = np.eye(_n_classes(y, prototypes) if base is None else base.shape[1])[y]
     best: tuple[tuple[float, float], KernelRidgeChoice] | None = None
     for width in widths:
         K = cosine_rbf_kernel(X, X, width)
@@ -437,35 +439,40 @@ def kernel_ridge(
 
 def kernel_ridge_logits(
     X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
-    choice: KernelRidgeChoice | None = None,
+    choice: KernelRidgeChoice | None = None, base: np.ndarray | None = None, base_eval: np.ndarray | None = None,
 ) -> np.ndarray:
-    """ProKeR-style logits (N_eval, C): ``s · cos(x, prototypes) + k(x, X) (K + λI)⁻¹ (Y − s · cos(X, prototypes))``.
+    """ProKeR-style logits (N_eval, C): ``s · base(x) + k(x, X) (K + λI)⁻¹ (Y − s · base(X))``.
 
-    Y is the one-hot support labels; ``prototypes`` (from the model of X) give the zero-shot base,
-    ``None`` none. ``choice`` defaults to :func:`select_kernel_ridge`.
+    Y is the one-hot support labels; the base is zero-shot's cosines to ``prototypes`` (from the model
+    of X), or another learner's scores ``base`` (n, C) of the support rows and ``base_eval`` of the
+    eval rows; with neither, none. ``choice`` defaults to :func:`select_kernel_ridge`.
     """
-    choice = choice or select_kernel_ridge(X, y, prototypes)
+    choice = choice or select_kernel_ridge(X, y, prototypes, base=base)
     X, X_eval = l2_normalize(X).astype(np.float64), l2_normalize(X_eval).astype(np.float64)
-    y = np.asarray(y)
-    residual = np.eye(_n_classes(y, prototypes))[y]
-    logits = np.zeros((len(X_eval), residual.shape[1]))
-    if prototypes is not None and choice.scale:
+    if base is None and prototypes is not None:
         P = l2_normalize(prototypes).astype(np.float64)
-        residual = residual - choice.scale * X @ P.T
-        logits += choice.scale * X_eval @ P.T
+        base, base_eval = X @ P.T, X_eval @ P.T
+    residual = np.eye(_n_classes(y, prototypes) if base is None else base.shape[1])[np.asarray(y)]
+    logits = np.zeros((len(X_eval), residual.shape[1]))
+    if base is not None and choice.scale:
+        residual = residual - choice.scale * base
+        logits += choice.scale * base_eval
     K = cosine_rbf_kernel(X, X, choice.width)
     dual = np.linalg.solve(K + choice.lam * np.eye(len(X)), residual)
     logits += cosine_rbf_kernel(X_eval, X, choice.width) @ dual
     return logits
 
 
+def standardise_rows(scores: np.ndarray) -> np.ndarray:
+    """Each row of scores (N, C) standardised over its classes (a flat row stays at 0)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    spread = scores.std(axis=1, keepdims=True)
+    return (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
+
+
 def standardised_average(a: np.ndarray, b: np.ndarray, share_b: float = 0.5) -> np.ndarray:
     """``(1 − share_b) · z(a) + share_b · z(b)``, each row of scores (N, C) standardised over its classes."""
-    def z(scores: np.ndarray) -> np.ndarray:
-        scores = np.asarray(scores, dtype=np.float64)
-        spread = scores.std(axis=1, keepdims=True)
-        return (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
-    return (1.0 - share_b) * z(a) + share_b * z(b)
+    return (1.0 - share_b) * standardise_rows(a) + share_b * standardise_rows(b)
 
 
 # ---------------------------------------------------------------------------- registry

@@ -51,19 +51,10 @@ from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
 from lfa_index import LFA
-from lfa_index.arrays import l2_normalize
 from lfa_index.files import atomic_write
 
 from .accuracy import core_fingerprint
-from .baselines import (
-    KERNEL_RIDGE_LAMBDAS,
-    KERNEL_WIDTHS,
-    cosine_rbf_kernel,
-    kernel_ridge_logits,
-    kernel_ridge_loo,
-    select_kernel_ridge,
-    standardised_average,
-)
+from .baselines import kernel_ridge_logits, select_kernel_ridge, standardise_rows, standardised_average
 from .data import sample_support
 from .pairs import PAIR_NAMES, add_pair_arguments, load_pair
 
@@ -77,13 +68,6 @@ METHODS = {"lfa": "Default", "kernel_ridge": "Kernel ridge", "lfa_kernel_average
            "lfa_residual_kernel": "Kernel ridge on the default's residual",
            "lfa_kernel_stacked": "Default ⊕ kernel ridge, share chosen out of fold"}
 BASELINES = ("nearest_class_mean", "zero_shot", "linear_probe_cv", "gda", "kernel_ridge")
-
-
-def zscore(scores: np.ndarray) -> np.ndarray:
-    """Each row of scores standardised over its classes."""
-    scores = np.asarray(scores, dtype=np.float64)
-    spread = scores.std(axis=1, keepdims=True)
-    return (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
 
 
 def out_of_fold_scores(X: np.ndarray, y: np.ndarray, prototypes: np.ndarray, text: np.ndarray | None, seed: int
@@ -107,19 +91,9 @@ def stacked_share(oof_lfa: np.ndarray, oof_kr: np.ndarray, y: np.ndarray) -> flo
 def residual_kernel(X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, base_oof: np.ndarray, base_eval: np.ndarray
                     ) -> tuple[np.ndarray, dict[str, float]]:
     """Eval logits of the kernel ridge on the residual of ``s · base`` and its leave-one-out choice."""
-    X, X_eval = l2_normalize(X).astype(np.float64), l2_normalize(X_eval).astype(np.float64)
-    targets = np.eye(base_oof.shape[1])[y]
-    best: tuple[tuple[float, float], dict[str, float]] | None = None
-    for width in KERNEL_WIDTHS:
-        K = cosine_rbf_kernel(X, X, width)
-        for lam, s, logits in kernel_ridge_loo(K, targets, base_oof, KERNEL_RIDGE_LAMBDAS, BASE_WEIGHTS):
-            key = (float(np.mean(np.argmax(logits, axis=1) != y)), float(np.mean((logits - targets) ** 2)))
-            if best is None or key < best[0]:
-                best = (key, {"width": width, "lam": lam, "scale": s, "loo_error": key[0]})
-    choice = best[1]  # type: ignore[index]
-    K = cosine_rbf_kernel(X, X, choice["width"])
-    dual = np.linalg.solve(K + choice["lam"] * np.eye(len(X)), targets - choice["scale"] * base_oof)
-    return choice["scale"] * base_eval + cosine_rbf_kernel(X_eval, X, choice["width"]) @ dual, choice
+    choice = select_kernel_ridge(X, y, scales=BASE_WEIGHTS, base=base_oof)
+    logits = kernel_ridge_logits(X, y, X_eval, choice=choice, base=base_oof, base_eval=base_eval)
+    return logits, {"width": choice.width, "lam": choice.lam, "scale": choice.scale, "loo_error": choice.loo_error}
 
 
 def run_support(data: Any, shots: int, seed: int) -> list[dict[str, Any]]:
@@ -132,7 +106,8 @@ def run_support(data: Any, shots: int, seed: int) -> list[dict[str, Any]]:
     choice = select_kernel_ridge(X, y, text)
     kr = kernel_ridge_logits(X, y, data.eval_features, text, choice=choice)
     oof_lfa, oof_kr = out_of_fold_scores(X, y, data.prototypes, text, seed)
-    residual, chosen = residual_kernel(X, y, data.eval_features, zscore(oof_lfa), zscore(lfa_scores))
+    residual, chosen = residual_kernel(X, y, data.eval_features, standardise_rows(oof_lfa),
+                                       standardise_rows(lfa_scores))
     share = stacked_share(oof_lfa, oof_kr, y)
     chosen["share"] = share
     scores = {"lfa": lfa_scores, "kernel_ridge": kr, "lfa_kernel_average": standardised_average(lfa_scores, kr, 0.5),

@@ -646,11 +646,11 @@ def test_the_residual_kernel_weighs_a_base_that_knows_the_classes_more_than_one_
     from benchmarks import residual_kernel as rk
 
     X, y, X_eval, y_eval, _ = planted_problem(shots=4, noise=0.9, seed=2)
-    truth = rk.zscore(np.eye(N_CLASSES)[y] + 0.01 * np.arange(N_CLASSES))
-    _, informed = rk.residual_kernel(X, y, X_eval, truth, rk.zscore(np.eye(N_CLASSES)[y_eval]))
+    truth = bl.standardise_rows(np.eye(N_CLASSES)[y] + 0.01 * np.arange(N_CLASSES))
+    _, informed = rk.residual_kernel(X, y, X_eval, truth, bl.standardise_rows(np.eye(N_CLASSES)[y_eval]))
     assert informed["scale"] > 0 and informed["loo_error"] == 0.0
     rng = np.random.default_rng(0)
-    noise, noise_eval = (rk.zscore(rng.normal(size=(n, N_CLASSES))) for n in (len(y), len(y_eval)))
+    noise, noise_eval = (bl.standardise_rows(rng.normal(size=(n, N_CLASSES))) for n in (len(y), len(y_eval)))
     _, blind = rk.residual_kernel(X, y, X_eval, noise, noise_eval)
     assert blind["scale"] < informed["scale"] and blind["loo_error"] > 0.5
 
