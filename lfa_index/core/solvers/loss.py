@@ -68,11 +68,15 @@ is then up to 2× faster than arg-max passes (4 against 7.6 ms for 1,800 × 1,00
 def nearest(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Columns of the k largest scores of each row (n, k), best first.
 
-    On a GPU a few arg-max passes beat ``topk``'s radix select for the k ≤ 4 of the loss (measured on
-    an H200: ``benchmarks/gpu_fit.py``), and on a CPU from :data:`ARGMAX_MIN_SCORES` scores on, below
-    :data:`PARTIAL_SORT_CLASSES` ``× k`` columns (in float32 there: a CPU's arg-max over bfloat16 is
-    2.5× slower; and by ``max``, whose indices are ``argmax``'s, the first of equal maxima, 1.6× faster
-    on a CPU); ties may then resolve to another column of equal score than ``topk``'s.
+    For the k ≤ 4 of the loss, the fastest of three ways (measured; see the constants; k > 4: ``topk``):
+
+    * ``topk`` on a CPU below :data:`ARGMAX_MIN_SCORES` scores, and from :data:`PARTIAL_SORT_CLASSES`
+      ``× k`` columns on (its partial sort);
+    * otherwise k arg-max passes: on a GPU by ``argmax`` (faster than ``topk``'s radix select on an
+      H200, ``benchmarks/gpu_fit.py``), on a CPU by ``max`` in float32 (its indices are ``argmax``'s,
+      the first of equal maxima, 1.6× faster; a CPU's arg-max over bfloat16 is 2.5× slower).
+
+    Ties may resolve to another column of equal score than ``topk``'s.
     """
     on_cpu = scores.device.type != "cuda"
     if k > 4 or (on_cpu and (scores.numel() < ARGMAX_MIN_SCORES or scores.shape[1] >= PARTIAL_SORT_CLASSES * k)):
