@@ -447,6 +447,9 @@ def kernel_ridge_logits(
     of X), or another learner's scores ``base`` (n, C) of the support rows and ``base_eval`` of the
     eval rows; with neither, none. ``choice`` defaults to :func:`select_kernel_ridge`.
     """
+    if (base is None) != (base_eval is None):
+        raise ValueError("kernel_ridge_logits takes the base's scores of the support rows (base) and of the eval "
+                         "rows (base_eval) together: pass both, or neither for zero-shot's cosines.")
     choice = choice or select_kernel_ridge(X, y, prototypes, base=base)
     X, X_eval = l2_normalize(X).astype(np.float64), l2_normalize(X_eval).astype(np.float64)
     if base is None and prototypes is not None:

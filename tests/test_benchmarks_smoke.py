@@ -300,6 +300,15 @@ def test_kernel_ridge_looks_at_no_prototype_when_another_model_embeds_the_names(
     assert not np.array_equal(same[0], same[1])
 
 
+def test_kernel_ridge_logits_refuses_a_base_for_the_support_without_one_for_the_eval_rows():
+    X, y, X_eval, _, protos = planted_problem(shots=2, noise=0.4)
+    base = X @ protos.T
+    with pytest.raises(ValueError, match="base_eval"):
+        bl.kernel_ridge_logits(X, y, X_eval, base=base)
+    with pytest.raises(ValueError, match="base_eval"):
+        bl.kernel_ridge_logits(X, y, X_eval, base_eval=X_eval @ protos.T)
+
+
 # ---------------------------------------------------------------------------- the encoder-pair harness
 def planted_set(name: str, *, same_model: bool, seed: int = 0):
     X, y, X_eval, y_eval, protos = planted_problem(shots=6, seed=seed, noise=0.3, proto_dim=DIM if same_model else 16)
