@@ -5,7 +5,7 @@ from sklearn.exceptions import NotFittedError
 from synthetic import planted_gap_problem
 
 from lfa_index import LFA, DimensionMismatchError, LabelError, max_pool_frames
-from lfa_index.core.projection import random_projection_matrix
+from lfa_index.core.projection import isometric_embedding_matrix, keeps_distances, random_projection_matrix
 
 
 def test_sklearn_conventions_get_set_params_and_clone():
@@ -83,11 +83,12 @@ def test_disjoint_encoders_are_bridged_by_a_seeded_random_projection(image_dim, 
     assert lfa.predict(xt).shape == (len(xt),)
 
 
-@pytest.mark.parametrize("image_dim,text_dim", [(48, 32), (32, 48)])
+@pytest.mark.parametrize("image_dim,text_dim", [(320, 256), (256, 320)])
 def test_the_paper_projects_the_image_rows_into_the_text_width_down_or_up(image_dim, text_dim):
     """The paper maps the image features into the text space (scikit-learn's Gaussian projection):
-    wider image rows are projected down, as "shrink" does, and narrower ones up, never the text."""
-    x, y, protos, xt, yt = planted_gap_problem(d=max(image_dim, text_dim), n_test=10, seed=5)
+    wider image rows are projected down, as "shrink" does, and narrower ones up, never the text.
+    (192 rows keep their distances within ±50 % in 252 dimensions: the projection down applies.)"""
+    x, y, protos, xt, yt = planted_gap_problem(d=max(image_dim, text_dim), noise=0.1, n_test=10, seed=5)
     x, xt, protos = x[:, :image_dim], xt[:, :image_dim], protos[:, :text_dim]
     lfa = LFA.paper(steps=20, random_state=11).fit(x, y, protos)
     assert lfa.projection_side_ == "image" and lfa.projection_kind_ == "to_text"
@@ -97,6 +98,30 @@ def test_the_paper_projects_the_image_rows_into_the_text_width_down_or_up(image_
         shrunk = LFA(steps=20, random_state=11, projection="shrink", prototype_mix=0.0).fit(x, y, protos)
         np.testing.assert_array_equal(lfa.projection_, shrunk.projection_)
     assert lfa.predict(xt).shape == (len(xt),)
+
+
+def test_the_papers_projection_widens_instead_where_going_down_would_lose_the_rows_distances():
+    """192 rows projected from 96 to 32 dimensions: the Johnson-Lindenstrauss bound asks for 252, so
+    "to_text" embeds the names in the image width instead (nothing lost); "shrink" (the public code)
+    still projects the rows down."""
+    x, y, protos, xt, _ = planted_gap_problem(d=96, n_test=10, seed=5)
+    protos = protos[:, :32]
+    assert not keeps_distances(len(x), 32) and keeps_distances(len(x), 256)
+    lfa = LFA.paper(steps=20, random_state=11).fit(x, y, protos)
+    assert (lfa.projection_kind_, lfa.projection_side_) == ("widen", "text") and lfa.W_.shape == (96, 96)
+    np.testing.assert_array_equal(lfa.projection_, isometric_embedding_matrix(32, 96, 11))
+    code = LFA.paper(steps=20, random_state=11, text_check=False, projection="shrink").fit(x, y, protos)
+    assert (code.projection_kind_, code.projection_side_) == ("shrink", "image") and code.W_.shape == (32, 32)
+    assert lfa.predict(xt).shape == code.predict(xt).shape == (len(xt),)
+
+
+def test_keeps_distances_is_scikit_learns_johnson_lindenstrauss_bound():
+    from sklearn.random_projection import johnson_lindenstrauss_min_dim
+
+    for n, k in [(3, 64), (4, 64), (2999, 384), (3001, 384), (16_000, 1536), (1_281_167, 1536)]:
+        assert keeps_distances(n, k) == (k >= johnson_lindenstrauss_min_dim(n, eps=0.5))
+    assert keeps_distances(3, 64) and not keeps_distances(4, 64) and keeps_distances(1_281_167, 1536)
+    assert keeps_distances(1, 2)  # one row has no distances to keep
 
 
 @pytest.mark.parametrize("image_dim,text_dim,side", [(48, 32, "text"), (32, 48, "image")])

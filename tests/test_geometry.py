@@ -119,23 +119,24 @@ def test_many_classes_are_tested_on_a_seeded_subset_with_the_same_verdicts():
 def test_the_paper_preset_serves_the_class_means_in_the_rows_own_space_where_the_names_say_nothing(seed):
     """Unrelated names of another (narrower) width: ``LFA.paper()`` neither shrinks the rows nor refines
     towards the names; it predicts exactly as the nearest class mean on the rows as given. With
-    ``text_check=False`` it is the paper's code: the rows projected to the names' width, 200 steps."""
+    ``text_check=False, projection="shrink"`` it is the paper's code: the rows projected to the names'
+    width, 200 steps."""
     x, y, names, xt, yt = unrelated_support(seed)
     preset = LFA.paper(random_state=seed).fit(x, y, names)
     assert preset.selection_["how"] == "one-shot, text uninformative" and preset.steps_ == 0
     assert preset.projection_kind_ == "widen" and preset.beta_selection_ == "procrustes, text uninformative"
     np.testing.assert_array_equal(preset.predict(xt), y[np.argmax(xt @ x.T, axis=1)])
-    paper_code = LFA.paper(random_state=seed, text_check=False).fit(x, y, names)
-    assert paper_code.projection_kind_ == "to_text" and paper_code.steps_ == 200 and paper_code.prototype_mix_ == 0.0
+    paper_code = LFA.paper(random_state=seed, text_check=False, projection="shrink").fit(x, y, names)
+    assert paper_code.projection_kind_ == "shrink" and paper_code.steps_ == 200 and paper_code.prototype_mix_ == 0.0
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_paper_preset_is_the_paper_code_where_the_names_match_the_rows(seed):
     """Names whose geometry matches the rows (a noisy linear image of them, another width): the guard
     stays off and the fit is the paper's code bit for bit."""
-    x, y, protos, _, _ = planted_gap_problem(n_classes=40, shots=2, d=48, noise=0.15, rotation_mix=0.0, seed=seed,
+    x, y, protos, _, _ = planted_gap_problem(n_classes=40, shots=2, d=288, noise=0.05, rotation_mix=0.0, seed=seed,
                                              n_test=5)
-    names = normalize(protos @ np.random.default_rng(seed).standard_normal((48, 32))).astype(np.float32)
+    names = normalize(protos @ np.random.default_rng(seed).standard_normal((288, 256))).astype(np.float32)
     guarded = LFA.paper(steps=20, random_state=seed).fit(x, y, names)
     paper_code = LFA.paper(steps=20, random_state=seed, text_check=False).fit(x, y, names)
     assert guarded.projection_kind_ == "to_text" and guarded.prototype_mix_ == 0.0

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from .config import CLASS_MAPPINGS, MIX_GRID, PRECISIONS, SUPPORT_KINDS, FitOptions, RefineConfig
 from .memory import check_fit_memory
-from .projection import isometric_embedding_matrix, random_projection_matrix
+from .projection import isometric_embedding_matrix, keeps_distances, random_projection_matrix
 from .query_map import project_rows
 from .serving import AlignedClassifierMixin
 from .state import FittedState, fit_or_restore, summary_line
@@ -63,7 +63,8 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         schedule, see :mod:`~lfa_index.core.solvers.selection`).
     projection : {"auto", "widen", "shrink", "to_text", False}, default="auto"
         How differing image/text dimensions are bridged: "to_text" (the paper) maps the image rows into
-        the text width with a seeded Gaussian random projection, down or up; "shrink" maps the wider side
+        the text width with a seeded Gaussian random projection, up, or down where that keeps the rows'
+        distances within ±50 % (Johnson-Lindenstrauss; otherwise "widen"); "shrink" maps the wider side
         down with one; "widen" maps the narrower side up with a seeded isometric embedding, which loses
         nothing (W then has the wider dimension); "auto" is "widen". False raises on differing widths.
     prototype_mix : "auto" or float in [0, 1], default="auto"
@@ -299,15 +300,11 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     def paper(cls, **params: Any) -> "LFA":
         """The paper's algorithm as its public code runs it: 200 steps, β by random-split CV with no
         preference for the identity, every option off, float32; the image rows projected into the text
-        width (the paper's text; the code projects the wider side down: ``projection="shrink"``); one
-        guard the code lacks (``text_check=True``): where the names' geometry and zero-shot are both at
-        chance, the support's own classifier in the rows' own space, never below the class means.
-
-        Other parameters (``beta``, ``steps``, ``random_state``, ...) pass through.
-
-        Example
-        -------
-        >>> LFA.paper(random_state=0).fit(X, y, text_emb)
+        width (the paper's text; the code projects the wider side down: ``projection="shrink"``), unless
+        that loses their distances (then widened); one guard the code lacks (``text_check=True``): where
+        the names' geometry and zero-shot are both at chance, the support's own classifier in the rows'
+        own space, never below the class means. Other parameters (``beta``, ``steps``, ...) pass through:
+        ``LFA.paper(random_state=0).fit(X, y, text_emb)``.
         """
         return cls(**{**PAPER_OPTIONS, **params})
 
@@ -424,13 +421,13 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 F.normalize(first_view(torch.from_numpy(x_np)).to(device), dim=-1), labels,
                 F.normalize(torch.from_numpy(p_np).to(device), dim=-1), random_state=seed)
         widths = (x_np.shape[-1], p_np.shape[1])
-        kind = self._projection_kind(*widths, names_informative)
+        kind = self._projection_kind(*widths, len(x_np), names_informative)
         width = widths[1] if kind == "to_text" else min(widths) if kind == "shrink" else max(widths)
         check_fit_memory(len(x_np), x_np.shape[1] if x_np.ndim == 3 else 1, width, p_np.shape[0])
         gen, coin = torch.Generator(device=device).manual_seed(seed), torch.Generator().manual_seed(seed + 1)
         d_img = int(x_np.shape[-1])
         if previous is None:
-            matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed, names_informative)
+            matrix, side, kind = self._fit_projection(d_img, p_np.shape[1], seed, kind)
         else:
             matrix, side, kind = previous.projection_, previous.projection_side_, previous.projection_kind_
         x = unit_rows(torch.from_numpy(project_rows(x_np, "image", matrix, side)).to(device))
@@ -466,9 +463,9 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
             print(self.summary_, file=sys.stderr)
         return self
 
-    def _fit_projection(self, d_img: int, d_txt: int, seed: int, names_informative: bool | None = None
+    def _fit_projection(self, d_img: int, d_txt: int, seed: int, kind: str
                         ) -> tuple[np.ndarray | None, str | None, str | None]:
-        """The projection bridging differing widths: (matrix, side it maps, kind), all None for equal widths."""
+        """The ``kind`` of projection of differing widths: (matrix, side it maps, kind); None for equal ones."""
         if d_img == d_txt:
             return None, None, None
         if self.projection is False:
@@ -476,7 +473,6 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
                 f"X has {d_img} dimensions but text_emb has {d_txt}; set projection='auto' "
                 "to bridge them with a seeded random projection, or embed both with models of the same width."
             )
-        kind = self._projection_kind(d_img, d_txt, names_informative)
         image_wider = d_img > d_txt
         if kind == "to_text":  # the paper: the image rows into the text width, down or up
             return random_projection_matrix(d_img, d_txt, seed), "image", kind
@@ -486,10 +482,13 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
         side, d_in, d_out = ("text", d_txt, d_img) if image_wider else ("image", d_img, d_txt)
         return isometric_embedding_matrix(d_in, d_out, seed), side, kind
 
-    def _projection_kind(self, d_img: int, d_txt: int, names_informative: bool | None = None) -> str:
-        """How differing widths are bridged: "widen" or "shrink" (``projection="auto"``: "widen"; "widen"
-        too where ``text_check=True`` found the names at chance: the support's classifier loses nothing)."""
+    def _projection_kind(self, d_img: int, d_txt: int, n_rows: int, names_informative: bool | None = None) -> str:
+        """How differing widths are bridged (``projection="auto"``: "widen"; "widen" too where
+        ``text_check=True`` found the names at chance, and where "to_text" would project ``n_rows``
+        image rows down beyond :func:`keeps_distances`: nothing is lost)."""
         if self.projection == "auto" or names_informative is False:
+            return "widen"
+        if self.projection == "to_text" and d_txt < d_img and not keeps_distances(n_rows, d_txt):
             return "widen"
         return str(self.projection)
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+DISTANCE_TOLERANCE = 0.5
+"""The distortion ε of pairwise distances up to which ``projection="to_text"`` projects image rows down."""
+
 
 def random_projection_matrix(n_features: int, n_components: int, random_state: int | None) -> np.ndarray:
     """The (n_components, n_features) Gaussian projection matrix for this seed (float32).
@@ -53,3 +56,16 @@ def project(x: Any, components: Any) -> Any:
     import torch.nn.functional as F
 
     return F.normalize(x @ components.T, dim=-1)
+
+
+def keeps_distances(n_rows: int, n_components: int, eps: float = DISTANCE_TOLERANCE) -> bool:
+    """Whether a Gaussian projection to ``n_components`` dimensions keeps the pairwise distances of
+    ``n_rows`` rows within a factor 1 ± ``eps``, by the Johnson-Lindenstrauss bound (scikit-learn's
+    ``johnson_lindenstrauss_min_dim``): ``n_components ≥ 4 ln n / (ε²/2 − ε³/3)``.
+
+    The paper's projection (2,048-d image features into 1,536-d text) keeps them for any few-shot
+    support; 512-d image rows into 64-d names do not, from 4 rows on.
+    """
+    from sklearn.random_projection import johnson_lindenstrauss_min_dim
+
+    return n_rows < 2 or n_components >= int(johnson_lindenstrauss_min_dim(n_rows, eps=eps))
