@@ -60,7 +60,7 @@ from lfa_index.baselines import (  # noqa: F401  (re-exported for the harness an
     zero_shot,
 )
 from lfa_index.core import LFA
-from lfa_index.core.projection import project, random_projection_matrix
+from lfa_index.core.projection import isometric_embedding_matrix, keeps_distances, project, random_projection_matrix
 from lfa_index.core.solvers.beta import BETA_GRID, identity_is_informative, select_beta
 from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
 
@@ -164,7 +164,8 @@ def fit_beta_procrustes(
     """LFA's steps before refinement, from the core functions and LFA's own defaults.
 
     Same preprocessing as ``LFA.paper`` (float32, the image rows projected into the text width by a
-    seeded Gaussian random projection when the widths differ, L2 normalisation), orthogonal
+    seeded Gaussian random projection when the widths differ, or the names widened where that would
+    lose the rows' distances, L2 normalisation), orthogonal
     Procrustes on all support rows, β cross-validated on LFA's grid :data:`BETA_GRID` with LFA's
     default ``cv_splits`` / ``cv_val_size`` and ``random_state`` as seed, as ``LFA.paper`` does before
     it refines W_β.
@@ -175,7 +176,10 @@ def fit_beta_procrustes(
     labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
     d_img, d_txt = x.shape[1], p.shape[1]
     side, components = None, None
-    if d_img != d_txt:  # the paper's projection: the image rows into the text width, down or up
+    if d_txt < d_img and not keeps_distances(len(x), d_txt):  # LFA.paper widens: the names into the image width
+        side, components = "text", isometric_embedding_matrix(d_txt, d_img, random_state)
+        p = project(p, torch.as_tensor(components))
+    elif d_img != d_txt:  # the paper's projection: the image rows into the text width, down or up
         side, components = "image", random_projection_matrix(d_img, d_txt, random_state)
         x = project(x, torch.as_tensor(components))
     x, p = F.normalize(x, dim=1), F.normalize(p, dim=1)
