@@ -16,6 +16,12 @@ Each pair loads as a :class:`benchmarks.data.FewShotSet` named after the pair, o
                            images, vs MiniLM ``"a photo of a {name}."``.
 =========================  ===========================================================================
 
+Those are the matrix's pairs. Any ``ROWS~NAMES[:SET]`` loads the same way (:func:`parse_pair`):
+ROWS one of :data:`TEXT_MODELS` (Banking77 texts), ``clip`` (with SET) or ``mobilenet``; NAMES one
+of :data:`TEXT_MODELS`, e.g. ``e5~e5`` (one model: zero-shot applies), ``minilm~e5`` or
+``clip~static64:caltech101`` (64-d names against 512-d images): pairs the defaults were not
+designed on.
+
 Rows. The four text pairs share one fixed, class-stratified subset of Banking77:
 :data:`BANKING77_POOL_PER_CLASS` rows per class of train.csv as the pool and
 :data:`BANKING77_EVAL_PER_CLASS` per class of test.csv as eval (3,075 + 1,540 = 4,615 texts: the
@@ -89,12 +95,12 @@ MOBILENET_CHECKPOINT = "mobilenet_v2-b0353104.pth"  # torchvision's file name: i
 MOBILENET_ID = f"torchvision:mobilenet_v2:{MOBILENET_CHECKPOINT}|resize=256|crop=224|bilinear|imagenet-norm"
 ENCODERS_SUBDIR = "encoders"
 
-TEXT_PAIRS: dict[str, str] = {"minilm~minilm": "minilm", "e5~minilm": "e5-small", "static64~minilm": "static-64",
-                              "paraphrase~minilm": "paraphrase-minilm-l3"}
-"""Pair name → the encoder SPEC of the Banking77 texts (names are always MiniLM's)."""
-CLIP_PAIRS: dict[str, str] = {f"clip~minilm:{name}": name for name in CLIP_SETS}
+TEXT_MODELS: dict[str, str] = {"minilm": "minilm", "e5": "e5-small", "static64": "static-64",
+                               "paraphrase": "paraphrase-minilm-l3"}
+"""A text model's name in a pair → its encoder SPEC (for the Banking77 texts or the class names)."""
 MOBILENET_PAIR = "mobilenet~minilm"
-PAIR_NAMES: tuple[str, ...] = (*TEXT_PAIRS, *CLIP_PAIRS, MOBILENET_PAIR)
+PAIR_NAMES: tuple[str, ...] = (*(f"{rows}~minilm" for rows in TEXT_MODELS),
+                               *(f"clip~minilm:{name}" for name in CLIP_SETS), MOBILENET_PAIR)
 DEFAULT_PAIRS: tuple[str, ...] = ("minilm~minilm", "e5~minilm", "static64~minilm", "paraphrase~minilm",
                                   "clip~minilm:dtd", MOBILENET_PAIR)
 """The six pairs of issue 21 (``clip~minilm:caltech101`` and ``:oxford_pets`` are extra)."""
@@ -102,6 +108,36 @@ DEFAULT_PAIRS: tuple[str, ...] = ("minilm~minilm", "e5~minilm", "static64~minilm
 
 class MissingFeaturesError(LFAIndexError, FileNotFoundError):
     """Features that another environment computes are not in the cache yet (the message says how to fill it)."""
+
+
+def parse_pair(name: str) -> tuple[str, str, str | None]:
+    """``(rows, names, set)`` of a pair name ``ROWS~NAMES[:SET]`` (module docstring); ValueError if malformed."""
+    rows, tilde, rest = name.partition("~")
+    names, _, image_set = rest.partition(":")
+    rows_ok = image_set in CLIP_SETS if rows == "clip" else rows in (*TEXT_MODELS, "mobilenet") and not image_set
+    if tilde and names in TEXT_MODELS and rows_ok:
+        return rows, names, image_set or None
+    raise ValueError(
+        f"unknown encoder pair {name!r}: write ROWS~NAMES[:SET], ROWS one of {', '.join(TEXT_MODELS)}, clip or "
+        f"mobilenet, NAMES one of {', '.join(TEXT_MODELS)}, SET (clip only) one of {', '.join(CLIP_SETS)}; "
+        f"the matrix's pairs are {', '.join(PAIR_NAMES)}."
+    )
+
+
+def pair_argument(value: str) -> str:
+    """An argparse ``type`` that accepts the pair names of :func:`parse_pair`."""
+    try:
+        parse_pair(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    return value
+
+
+def name_prototypes(names: str, class_names: Sequence[str], *, template: str = "{name}",
+                    cache_dir: Path | None = CACHE_DIR, progress: bool = False) -> np.ndarray:
+    """The class names (through ``template``) embedded by the text model ``names`` of a pair."""
+    return embed_with(TEXT_MODELS[names], [template.format(name=n) for n in class_names], cache_dir=cache_dir,
+                      progress=progress)
 
 
 # ---------------------------------------------------------------------------- text pairs
@@ -122,8 +158,9 @@ def embed_with(spec: str, texts: Sequence[str], *, cache_dir: Path | None = CACH
 
 def load_text_pair(name: str, *, root: Path | None = None, cache_dir: Path | None = CACHE_DIR,
                    progress: bool = False) -> FewShotSet:
-    """The Banking77 subset with texts by ``TEXT_PAIRS[name]`` and intent names by MiniLM."""
-    spec = TEXT_PAIRS[name]
+    """The Banking77 subset with texts and intent names by the text models of ``name`` (``ROWS~NAMES``)."""
+    rows, names, _ = parse_pair(name)
+    spec, names_spec = TEXT_MODELS[rows], TEXT_MODELS[names]
     texts = read_banking77(root)
     pool = sample_support(texts.pool_labels, BANKING77_POOL_PER_CLASS, SUBSET_SEED)
     evaluation = sample_support(texts.eval_labels, BANKING77_EVAL_PER_CLASS, SUBSET_SEED)
@@ -136,11 +173,11 @@ def load_text_pair(name: str, *, root: Path | None = None, cache_dir: Path | Non
         eval_features=embed_with(spec, eval_texts, cache_dir=cache_dir, progress=progress),
         eval_labels=texts.eval_labels[evaluation],
         class_names=texts.class_names,
-        prototypes=embed_texts(texts.class_names, cache_dir=cache_dir),
-        same_model=spec == "minilm",
+        prototypes=name_prototypes(names, texts.class_names, cache_dir=cache_dir, progress=progress),
+        same_model=rows == names,
         description=f"Banking77 subset ({BANKING77_POOL_PER_CLASS}/class of train.csv as pool, "
                     f"{BANKING77_EVAL_PER_CLASS}/class of test.csv as eval, seed {SUBSET_SEED}): texts by {spec}, "
-                    "readable intent names by minilm",
+                    f"readable intent names by {names_spec}",
     )
 
 
@@ -244,36 +281,41 @@ def embed_mobilenet(images: np.ndarray, *, cache_dir: Path = CACHE_DIR, progress
     return path
 
 
-def load_mobilenet_pair(*, cache_dir: Path = CACHE_DIR, fashion_mnist: str | os.PathLike | None = None) -> FewShotSet:
-    """Fashion-MNIST as MobileNetV2 features (from the cache) vs MiniLM ``"a photo of a {name}."``."""
+def load_mobilenet_pair(*, cache_dir: Path = CACHE_DIR, fashion_mnist: str | os.PathLike | None = None,
+                        names: str = "minilm") -> FewShotSet:
+    """Fashion-MNIST as MobileNetV2 features (from the cache) vs ``"a photo of a {name}."`` by ``names``."""
     subset = fashion_mnist_subset(fashion_mnist)
     return FewShotSet(
-        name=MOBILENET_PAIR,
+        name=f"mobilenet~{names}",
         pool_features=mobilenet_features(subset.pool_images, cache_dir=cache_dir, fashion_mnist=fashion_mnist),
         pool_labels=subset.pool_labels,
         eval_features=mobilenet_features(subset.eval_images, cache_dir=cache_dir, fashion_mnist=fashion_mnist),
         eval_labels=subset.eval_labels,
         class_names=list(FASHION_CLASSES),
-        prototypes=embed_texts([IMAGE_TEMPLATE.format(name=n) for n in FASHION_CLASSES], cache_dir=cache_dir),
+        prototypes=name_prototypes(names, FASHION_CLASSES, template=IMAGE_TEMPLATE, cache_dir=cache_dir),
         same_model=False,
         description=f"Fashion-MNIST ({FASHION_POOL_PER_CLASS}/class of train as pool, {FASHION_EVAL_PER_CLASS}/class "
                     f"of t10k as eval, seed {SUBSET_SEED}): torchvision MobileNetV2 ImageNet features (1,280-d) vs "
-                    f"minilm '{IMAGE_TEMPLATE}' (384-d)",
+                    f"{TEXT_MODELS[names]} '{IMAGE_TEMPLATE}'" + (" (384-d)" if names == "minilm" else ""),
     )
 
 
 # ---------------------------------------------------------------------------- every pair
 def load_pair(name: str, *, root: Path | None = None, cache_dir: Path = CACHE_DIR,
               fashion_mnist: str | os.PathLike | None = None, progress: bool = False) -> FewShotSet:
-    """The :class:`FewShotSet` of one of :data:`PAIR_NAMES`."""
-    if name in TEXT_PAIRS:
+    """The :class:`FewShotSet` of a pair ``ROWS~NAMES[:SET]`` (:func:`parse_pair`)."""
+    rows, names, image_set = parse_pair(name)
+    if rows == "mobilenet":
+        return load_mobilenet_pair(cache_dir=cache_dir, fashion_mnist=fashion_mnist, names=names)
+    if rows != "clip":
         return load_text_pair(name, root=root, cache_dir=cache_dir, progress=progress)
-    if name in CLIP_PAIRS:
-        data = load_clip_set(CLIP_PAIRS[name], root=root, cache_dir=cache_dir)
+    data = load_clip_set(image_set, root=root, cache_dir=cache_dir)
+    if names == "minilm":
         return dataclasses.replace(data, name=name)
-    if name == MOBILENET_PAIR:
-        return load_mobilenet_pair(cache_dir=cache_dir, fashion_mnist=fashion_mnist)
-    raise ValueError(f"unknown encoder pair {name!r}; choose from {', '.join(PAIR_NAMES)}.")
+    prototypes = name_prototypes(names, data.class_names, template=IMAGE_TEMPLATE, cache_dir=cache_dir,
+                                 progress=progress)
+    return dataclasses.replace(data, name=name, prototypes=prototypes, description=(
+        f"CLIP ViT-B/32 images (512-d) vs {TEXT_MODELS[names]} '{IMAGE_TEMPLATE}' ({prototypes.shape[1]}-d)"))
 
 
 def add_pair_arguments(parser: argparse.ArgumentParser) -> None:
@@ -300,14 +342,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def fill(argv: Sequence[str] | None = None) -> int:
     """The command line: load (``--embed-only``: fill the caches of) each pair and print its sizes."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", nargs="+", choices=PAIR_NAMES, default=list(DEFAULT_PAIRS))
+    parser.add_argument("--pairs", nargs="+", type=pair_argument, default=list(DEFAULT_PAIRS), metavar="ROWS~NAMES",
+                        help=f"encoder pairs ROWS~NAMES[:SET] (default: {' '.join(DEFAULT_PAIRS)})")
     parser.add_argument("--embed-only", action="store_true",
                         help=f"fill the caches and stop; {MOBILENET_PAIR}: compute the image features (vision env)")
     add_pair_arguments(parser)
     args = parser.parse_args(argv)
     for name in args.pairs:
         start = time.perf_counter()
-        if args.embed_only and name == MOBILENET_PAIR:
+        if args.embed_only and parse_pair(name)[0] == "mobilenet":
             subset = fashion_mnist_subset(args.fashion_mnist)
             for images in (subset.pool_images, subset.eval_images):
                 path = embed_mobilenet(images, cache_dir=args.cache_dir, progress=sys.stderr.isatty())

@@ -56,7 +56,7 @@ from lfa_index.files import atomic_write
 from .accuracy import core_fingerprint
 from .baselines import kernel_ridge_logits, select_kernel_ridge, standardise_rows, standardised_average
 from .data import sample_support
-from .pairs import PAIR_NAMES, add_pair_arguments, load_pair
+from .pairs import PAIR_NAMES, add_pair_arguments, load_pair, pair_argument
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BASE_WEIGHTS: tuple[float, ...] = (0.0, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -161,7 +161,8 @@ def save(records: list[dict[str, Any]], meta: dict[str, Any], out_dir: Path, nam
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", nargs="+", choices=PAIR_NAMES, default=list(PAIR_NAMES))
+    parser.add_argument("--pairs", nargs="+", type=pair_argument, default=list(PAIR_NAMES), metavar="ROWS~NAMES",
+                        help="encoder pairs ROWS~NAMES[:SET] (benchmarks/pairs.py; default: the matrix's)")
     parser.add_argument("--shots", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(1, 11)))
     parser.add_argument("--matrix", type=Path, default=RESULTS_DIR / "robustness.json")

@@ -71,7 +71,7 @@ from .baselines import (
     standardised_average,
 )
 from .data import DataRootError, describe, sample_support
-from .pairs import DEFAULT_PAIRS, PAIR_NAMES, MissingFeaturesError, add_pair_arguments, load_pair
+from .pairs import DEFAULT_PAIRS, MissingFeaturesError, add_pair_arguments, load_pair, pair_argument
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DEFAULT_SHOTS = (1, 4, 16)
@@ -438,7 +438,8 @@ def merge(stems: Sequence[str], out_dir: Path, name: str, command: str) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", nargs="+", choices=PAIR_NAMES, default=list(DEFAULT_PAIRS))
+    parser.add_argument("--pairs", nargs="+", type=pair_argument, default=list(DEFAULT_PAIRS), metavar="ROWS~NAMES",
+                        help="encoder pairs ROWS~NAMES[:SET] (benchmarks/pairs.py; default: the matrix's)")
     parser.add_argument("--shots", nargs="+", type=int, default=list(DEFAULT_SHOTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
     parser.add_argument("--methods", nargs="+", choices=list(METHODS),

@@ -408,6 +408,44 @@ def test_fit_cost_times_the_default_and_both_probes_on_the_same_rows():
 
 
 # ---------------------------------------------------------------------------- encoder pairs
+def test_a_pair_name_is_rows_tilde_names_with_a_set_for_clip_only():
+    import argparse
+
+    from benchmarks import pairs
+
+    assert pairs.parse_pair("e5~minilm") == ("e5", "minilm", None)
+    assert pairs.parse_pair("clip~static64:caltech101") == ("clip", "static64", "caltech101")
+    assert pairs.parse_pair("mobilenet~e5") == ("mobilenet", "e5", None)
+    assert all(pairs.parse_pair(name) for name in pairs.PAIR_NAMES)
+    for bad in ("clip~minilm", "e5~minilm:dtd", "minilm", "minilm~clip", "clip~minilm:imagenet", "bert~minilm"):
+        with pytest.raises(ValueError, match="ROWS~NAMES"):
+            pairs.parse_pair(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown encoder pair 'clip~minilm'"):
+        pairs.pair_argument("clip~minilm")
+
+
+def test_a_text_pair_embeds_the_texts_and_the_names_with_its_two_models(monkeypatch):
+    from benchmarks import pairs
+    from benchmarks.data import Banking77Texts
+
+    labels = np.repeat(np.arange(3), 50)
+    texts = Banking77Texts([f"t{i}" for i in range(150)], labels, [f"e{i}" for i in range(150)], labels,
+                           ["card", "loan", "fee"])
+    calls = []
+
+    def embed_with(spec, items, **kw):
+        calls.append((spec, len(items)))
+        return np.full((len(items), 8 if spec == "static-64" else 4), float(len(calls)), dtype=np.float32)
+
+    monkeypatch.setattr(pairs, "read_banking77", lambda root=None: texts)
+    monkeypatch.setattr(pairs, "embed_with", embed_with)
+    same = pairs.load_pair("e5~e5")
+    assert same.same_model and same.name == "e5~e5" and calls[-1] == ("e5-small", 3)
+    other = pairs.load_pair("static64~e5")
+    assert not other.same_model and other.pool_features.shape[1] == 8 and other.prototypes.shape == (3, 4)
+    assert calls[-1] == ("e5-small", 3) and "texts by static-64, readable intent names by e5-small" in other.description
+
+
 def write_idx(path, array: np.ndarray) -> None:
     import gzip
     import struct
