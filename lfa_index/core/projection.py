@@ -3,7 +3,8 @@
 The paper projects 2048-d self-supervised vision features into the 1536-d text space with
 scikit-learn's ``GaussianRandomProjection`` before Procrustes (section 5 and appendix, "Aligning
 Disjoint Modalities"): the image rows are mapped to the text width (``projection="to_text"``; a
-narrower image encoder is mapped up); ``projection="shrink"`` maps the larger side down. Mapping
+narrower image encoder is mapped up, a wider one down where :func:`keeps_distances` holds, else
+widened); ``projection="shrink"`` maps the larger side down. Mapping
 the smaller side up with a seeded isometric embedding (``projection="widen"``, the default) loses
 nothing: it keeps every dimension of the wider encoder and every inner product of the
 narrower one.
