@@ -60,7 +60,7 @@ from lfa_index.baselines import (  # noqa: F401  (re-exported for the harness an
     zero_shot,
 )
 from lfa_index.core import LFA
-from lfa_index.core.projection import isometric_embedding_matrix, keeps_distances, project, random_projection_matrix
+from lfa_index.core.projection import isometric_embedding_matrix, project, random_projection_matrix, to_text_widens
 from lfa_index.core.solvers.beta import BETA_GRID, identity_is_informative, select_beta
 from lfa_index.core.solvers.procrustes import beta_procrustes, orthogonal_procrustes
 
@@ -176,7 +176,7 @@ def fit_beta_procrustes(
     labels = torch.as_tensor(np.asarray(y, dtype=np.int64))
     d_img, d_txt = x.shape[1], p.shape[1]
     side, components = None, None
-    if d_txt < d_img and not keeps_distances(len(x), d_txt):  # LFA.paper widens: the names into the image width
+    if to_text_widens(d_img, d_txt, len(x)):  # LFA.paper widens: the names into the image width
         side, components = "text", isometric_embedding_matrix(d_txt, d_img, random_state)
         p = project(p, torch.as_tensor(components))
     elif d_img != d_txt:  # the paper's projection: the image rows into the text width, down or up

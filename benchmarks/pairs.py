@@ -285,6 +285,7 @@ def load_mobilenet_pair(*, cache_dir: Path = CACHE_DIR, fashion_mnist: str | os.
                         names: str = "minilm") -> FewShotSet:
     """Fashion-MNIST as MobileNetV2 features (from the cache) vs ``"a photo of a {name}."`` by ``names``."""
     subset = fashion_mnist_subset(fashion_mnist)
+    prototypes = name_prototypes(names, FASHION_CLASSES, template=IMAGE_TEMPLATE, cache_dir=cache_dir)
     return FewShotSet(
         name=f"mobilenet~{names}",
         pool_features=mobilenet_features(subset.pool_images, cache_dir=cache_dir, fashion_mnist=fashion_mnist),
@@ -292,11 +293,11 @@ def load_mobilenet_pair(*, cache_dir: Path = CACHE_DIR, fashion_mnist: str | os.
         eval_features=mobilenet_features(subset.eval_images, cache_dir=cache_dir, fashion_mnist=fashion_mnist),
         eval_labels=subset.eval_labels,
         class_names=list(FASHION_CLASSES),
-        prototypes=name_prototypes(names, FASHION_CLASSES, template=IMAGE_TEMPLATE, cache_dir=cache_dir),
+        prototypes=prototypes,
         same_model=False,
         description=f"Fashion-MNIST ({FASHION_POOL_PER_CLASS}/class of train as pool, {FASHION_EVAL_PER_CLASS}/class "
                     f"of t10k as eval, seed {SUBSET_SEED}): torchvision MobileNetV2 ImageNet features (1,280-d) vs "
-                    f"{TEXT_MODELS[names]} '{IMAGE_TEMPLATE}'" + (" (384-d)" if names == "minilm" else ""),
+                    f"{TEXT_MODELS[names]} '{IMAGE_TEMPLATE}' ({prototypes.shape[1]}-d)",
     )
 
 

@@ -31,7 +31,7 @@ from ..errors import (
 )
 from .config import CLASS_MAPPINGS, MIX_GRID, PRECISIONS, SUPPORT_KINDS, FitOptions, RefineConfig
 from .memory import check_fit_memory
-from .projection import isometric_embedding_matrix, keeps_distances, random_projection_matrix
+from .projection import isometric_embedding_matrix, random_projection_matrix, to_text_widens
 from .query_map import project_rows
 from .serving import AlignedClassifierMixin
 from .state import FittedState, fit_or_restore, summary_line
@@ -485,10 +485,10 @@ class LFA(AlignedClassifierMixin, ClassifierMixin, TransformerMixin, BaseEstimat
     def _projection_kind(self, d_img: int, d_txt: int, n_rows: int, names_informative: bool | None = None) -> str:
         """How differing widths are bridged (``projection="auto"``: "widen"; "widen" too where
         ``text_check=True`` found the names at chance, and where "to_text" would project ``n_rows``
-        image rows down beyond :func:`keeps_distances`: nothing is lost)."""
+        image rows down beyond what keeps their distances: nothing is lost)."""
         if self.projection == "auto" or names_informative is False:
             return "widen"
-        if self.projection == "to_text" and d_txt < d_img and not keeps_distances(n_rows, d_txt):
+        if self.projection == "to_text" and to_text_widens(d_img, d_txt, n_rows):
             return "widen"
         return str(self.projection)
 

@@ -70,3 +70,9 @@ def keeps_distances(n_rows: int, n_components: int, eps: float = DISTANCE_TOLERA
     from sklearn.random_projection import johnson_lindenstrauss_min_dim
 
     return n_rows < 2 or n_components >= int(johnson_lindenstrauss_min_dim(n_rows, eps=eps))
+
+
+def to_text_widens(d_img: int, d_txt: int, n_rows: int) -> bool:
+    """Whether ``projection="to_text"`` widens instead: ``n_rows`` image rows wider than the text, whose
+    distances the text width cannot keep (:func:`keeps_distances`)."""
+    return d_txt < d_img and not keeps_distances(n_rows, d_txt)
