@@ -357,13 +357,15 @@ KERNEL_RIDGE_LAMBDAS: tuple[float, ...] = tuple(float(v) for v in np.logspace(-3
 # Weight of the zero-shot cosines next to one-hot targets: the right class leads by about 0.1 in
 # cosine, so it takes a few units for the base to matter; 0 leaves the kernel alone.
 ZERO_SHOT_SCALES: tuple[float, ...] = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+# The linear kernel's constant (an intercept the ridge shrinks less than the weights): evidence only.
+LINEAR_OFFSETS: tuple[float, ...] = (1.0,)
 
 
 @dataclass(frozen=True)
 class KernelRidgeChoice:
     """Hyper-parameters of :func:`kernel_ridge` and their leave-one-out error on the support."""
 
-    width: float
+    width: float  # the kernel's parameter: b of the RBF, the constant of the linear kernel
     lam: float
     scale: float
     loo_error: float
@@ -373,6 +375,15 @@ class KernelRidgeChoice:
 def cosine_rbf_kernel(A: np.ndarray, B: np.ndarray, width: float) -> np.ndarray:
     """``exp(−b(1 − a·b))`` between the unit rows of A (n, d) and B (m, d): (n, m)."""
     return np.exp(-width * (1.0 - A @ B.T))
+
+
+def linear_kernel(A: np.ndarray, B: np.ndarray, offset: float) -> np.ndarray:
+    """``a·b + offset`` between the unit rows of A (n, d) and B (m, d): (n, m). Ridge regression on it is
+    a linear classifier of the rows, which a map folds into one inner-product search."""
+    return A @ B.T + offset
+
+
+Kernel = Callable[[np.ndarray, np.ndarray, float], np.ndarray]
 
 
 def kernel_ridge_loo(
@@ -407,6 +418,7 @@ def select_kernel_ridge(
     X: np.ndarray, y: np.ndarray, prototypes: np.ndarray | None = None,
     widths: Sequence[float] = KERNEL_WIDTHS, lambdas: Sequence[float] = KERNEL_RIDGE_LAMBDAS,
     scales: Sequence[float] = ZERO_SHOT_SCALES, base: np.ndarray | None = None,
+    kernel: Kernel = cosine_rbf_kernel,
 ) -> KernelRidgeChoice:
     """Kernel width b, λ and the base's scale with the least leave-one-out error on the support.
 
@@ -414,7 +426,8 @@ def select_kernel_ridge(
     (:func:`kernel_ridge_loo`) misclassify; ties (frequent at 1 shot, where a left-out row's class
     has no other row) go to the smaller mean squared leave-one-out error, then to grid order.
     The base is zero-shot's cosines to ``prototypes``, or ``base`` (n, C), another learner's scores
-    of the support rows; with neither the scale is 0.
+    of the support rows; with neither the scale is 0. ``kernel`` takes each of ``widths`` as its parameter
+    (:func:`linear_kernel` with :data:`LINEAR_OFFSETS`: the same ridge, linear).
     """
     if not (widths and lambdas and scales):
         raise ValueError("select_kernel_ridge needs at least one width, one lambda and one scale.")
@@ -424,7 +437,7 @@ def select_kernel_ridge(
     targets = np.eye(_n_classes(y, prototypes) if base is None else base.shape[1])[y]
     best: tuple[tuple[float, float], KernelRidgeChoice] | None = None
     for width in widths:
-        K = cosine_rbf_kernel(X, X, width)
+        K = kernel(X, X, width)
         for lam, s, logits in kernel_ridge_loo(K, targets, base, lambdas, scales):
             error = float(np.mean(np.argmax(logits, axis=1) != y))
             mse = float(np.mean((logits - targets) ** 2))
@@ -444,6 +457,7 @@ def kernel_ridge(
 def kernel_ridge_logits(
     X: np.ndarray, y: np.ndarray, X_eval: np.ndarray, prototypes: np.ndarray | None = None,
     choice: KernelRidgeChoice | None = None, base: np.ndarray | None = None, base_eval: np.ndarray | None = None,
+    kernel: Kernel = cosine_rbf_kernel,
 ) -> np.ndarray:
     """ProKeR-style logits (N_eval, C): ``s · base(x) + k(x, X) (K + λI)⁻¹ (Y − s · base(X))``.
 
@@ -454,7 +468,7 @@ def kernel_ridge_logits(
     if (base is None) != (base_eval is None):
         raise ValueError("kernel_ridge_logits takes the base's scores of the support rows (base) and of the eval "
                          "rows (base_eval) together: pass both, or neither for zero-shot's cosines.")
-    choice = choice or select_kernel_ridge(X, y, prototypes, base=base)
+    choice = choice or select_kernel_ridge(X, y, prototypes, base=base, kernel=kernel)
     X, X_eval = l2_normalize(X).astype(np.float64), l2_normalize(X_eval).astype(np.float64)
     if base is None and prototypes is not None:
         P = l2_normalize(prototypes).astype(np.float64)
@@ -464,9 +478,9 @@ def kernel_ridge_logits(
     if base is not None and choice.scale:
         residual = residual - choice.scale * base
         logits += choice.scale * base_eval
-    K = cosine_rbf_kernel(X, X, choice.width)
+    K = kernel(X, X, choice.width)
     dual = np.linalg.solve(K + choice.lam * np.eye(len(X)), residual)
-    logits += cosine_rbf_kernel(X_eval, X, choice.width) @ dual
+    logits += kernel(X_eval, X, choice.width) @ dual
     return logits
 
 

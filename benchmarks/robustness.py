@@ -13,6 +13,10 @@ and is scored once on the eval rows:
   read at equal arithmetic;
 * baselines: zero-shot (one model on both sides only), the class mean, the CV-tuned probe, GDA and
   the ProKeR-style kernel ridge (:mod:`benchmarks.baselines`);
+* ``linear_ridge`` (opt-in): evidence, not a baseline: the kernel ridge with a linear kernel
+  (:func:`benchmarks.baselines.linear_kernel`), same targets, base and leave-one-out search. Where
+  the kernel ridge leads the default, this says whether a linear classifier, which a map could fold
+  into one inner-product search, would lead too, or whether the lead is the kernel's non-linearity;
 * ``lfa_kernel``: evidence, not a baseline: the default's scores and the kernel ridge's logits, each
   row standardised over its classes, averaged half and half. Where the kernel ridge wins, this says
   what a classifier that no longer folds into one inner-product search (the kernel needs every
@@ -63,8 +67,10 @@ from lfa_index.files import atomic_write
 from .accuracy import CELL_TIME_BUDGET, FIT_TIME_BUDGET, TARGET_MARGIN, core_fingerprint, fit_times, summarize
 from .baselines import (
     BASELINES,
+    LINEAR_OFFSETS,
     FewShotTask,
     kernel_ridge_logits,
+    linear_kernel,
     linear_probe,
     select_kernel_ridge,
     select_linear_probe_C,
@@ -89,16 +95,18 @@ METHODS: dict[str, str] = {
     "linear_probe_cv": "Probe (CV)",
     "gda": "GDA",
     "kernel_ridge": "Kernel ridge",
+    "linear_ridge": "Linear ridge (evidence)",
     "lfa_kernel": "Default ⊕ kernel ridge",
     "lfa_paper_code": "Paper's public code",
     "lfa_paper_beta0": "Paper, β = 0",
 }
 """Method key → column label, in table order."""
-OPT_IN_METHODS: tuple[str, ...] = ("lfa_paper_code", "lfa_paper_beta0")
+OPT_IN_METHODS: tuple[str, ...] = ("lfa_paper_code", "lfa_paper_beta0", "linear_ridge")
 """Run only when ``--methods`` names them: the paper's public code as it runs (the preset without its
 guard, ``text_check=False``, and with the code's projection of the wider side down to the narrower
 width, ``projection="shrink"``, where the preset follows the paper's text: the image rows into the text
-width) and the preset with β fixed at 0, a rule it does not take (``docs/algorithm.md``)."""
+width), the preset with β fixed at 0, a rule it does not take (``docs/algorithm.md``), and the linear
+ridge (evidence, never counted as a baseline)."""
 LFA_MODELS = {
     "lfa_paper200": lambda seed: LFA.paper(steps=200, random_state=seed),
     "lfa": lambda seed: LFA(random_state=seed),
@@ -109,6 +117,8 @@ LFA_MODELS = {
 }
 """The LFA fits, in the order they run on each support (the cost reference right before the default)."""
 BASELINE_METHODS: tuple[str, ...] = ("zero_shot", "nearest_class_mean", "linear_probe_cv", "gda", "kernel_ridge")
+EVIDENCE_METHODS: tuple[str, ...] = ("linear_ridge",)
+"""Run beside the baselines but never counted among them (module docstring)."""
 COMBINED = "lfa_kernel"
 """Not a baseline: the default and the kernel ridge averaged (module docstring); needs both runs."""
 COMBINED_SHARE = 0.5
@@ -139,6 +149,11 @@ def run_method(method: str, task: FewShotTask) -> tuple[np.ndarray, dict[str, An
         choice = select_kernel_ridge(task.X, task.y, task.text_prototypes)
         logits = kernel_ridge_logits(task.X, task.y, task.X_eval, task.text_prototypes, choice=choice)
         return logits, {"width": choice.width, "lam": choice.lam, "scale": choice.scale, "loo_error": choice.loo_error}
+    if method == "linear_ridge":
+        choice = select_kernel_ridge(task.X, task.y, task.text_prototypes, widths=LINEAR_OFFSETS, kernel=linear_kernel)
+        logits = kernel_ridge_logits(task.X, task.y, task.X_eval, task.text_prototypes, choice=choice,
+                                     kernel=linear_kernel)
+        return logits, {"offset": choice.width, "lam": choice.lam, "scale": choice.scale, "loo_error": choice.loo_error}
     return BASELINES[method](task), {}
 
 
@@ -147,7 +162,7 @@ def run_support(data: Any, shots: int, seed: int, methods: Sequence[str]) -> lis
     idx = sample_support(data.pool_labels, shots, seed)
     task = FewShotTask(X=data.pool_features[idx], y=data.pool_labels[idx], prototypes=data.prototypes,
                        X_eval=data.eval_features, same_model=data.same_model, seed=seed)
-    ordered = [m for m in (*LFA_MODELS, *BASELINE_METHODS) if m in methods]
+    ordered = [m for m in (*LFA_MODELS, *BASELINE_METHODS, *EVIDENCE_METHODS) if m in methods]
     records, scores = [], {}
 
     def record(method: str, pred: np.ndarray, seconds: float, extras: dict[str, Any]) -> None:

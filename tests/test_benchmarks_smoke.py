@@ -287,6 +287,10 @@ def test_kernel_ridge_separates_classes_made_of_opposite_clusters_where_the_clas
     X_eval, y_eval = draw(25)
     assert accuracy(bl.kernel_ridge(X, y, X_eval), y_eval) >= 0.95
     assert accuracy(bl.nearest_class_mean(X, y, X_eval), y_eval) <= 0.6
+    # the same ridge with a linear kernel is a linear classifier: it cannot either
+    linear = bl.select_kernel_ridge(X, y, widths=bl.LINEAR_OFFSETS, kernel=bl.linear_kernel)
+    logits = bl.kernel_ridge_logits(X, y, X_eval, choice=linear, kernel=bl.linear_kernel)
+    assert accuracy(np.argmax(logits, axis=1), y_eval) <= 0.6
 
 
 def test_kernel_ridge_looks_at_no_prototype_when_another_model_embeds_the_names():
